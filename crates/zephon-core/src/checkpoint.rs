@@ -1,0 +1,268 @@
+//! Checkpoint files: per-lane state, versioned, checksummed and fingerprinted.
+//!
+//! Each rank writes one file holding the lanes it owns, atomically (temporary name, fsync,
+//! rename), with no collective. A restore at any world size reads whichever files hold the
+//! lanes it now owns.
+//!
+//! File layout (text header, JSON body):
+//!
+//! ```text
+//! ZEPHON-CHECKPOINT
+//! format 1
+//! length <body bytes>
+//! sha256 <hex of body>
+//! <body: JSON of the lanes' states and the run fingerprint>
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::id::Lane;
+use crate::operator::AccumulatorState;
+use crate::record::Lineage;
+
+/// The checkpoint format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+const MAGIC: &str = "ZEPHON-CHECKPOINT";
+/// File name extension of checkpoint files.
+pub const EXTENSION: &str = "zck";
+
+/// A lane's position in its chunk stream: the next sample to push is sample `offset` of the
+/// lane's chunk `chunk`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The lane's chunk number (its n-th chunk, not the global chunk index).
+    pub chunk: u64,
+    /// The sample within that chunk.
+    pub offset: u64,
+}
+
+/// Everything needed to continue one lane exactly: a few integers and lineage keys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneState {
+    /// The lane.
+    pub lane: Lane,
+    /// Where the lane's input continues.
+    pub cursor: Cursor,
+    /// Rows the lane has emitted so far (delivered in steps or pending).
+    pub rows_emitted: u64,
+    /// Records skipped under the skip policy so far.
+    pub skipped: u64,
+    /// Whether the lane's input has ended and its accumulators are flushed.
+    pub finished: bool,
+    /// One state per accumulator stage, in pipeline order.
+    pub accumulators: Vec<AccumulatorState>,
+    /// Rows emitted after the checkpoint's step but before the state was taken, by lineage.
+    pub pending: Vec<Lineage>,
+}
+
+/// The identity of a run, part by part, so a mismatch can say what changed.
+pub type RunFingerprint = BTreeMap<String, String>;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Body {
+    fingerprint: RunFingerprint,
+    /// The first step not yet delivered when the checkpoint was taken.
+    next_step: u64,
+    world_size: u32,
+    rank: u32,
+    lanes: Vec<LaneState>,
+}
+
+/// The file name rank-independent restores look for: the lane range it holds.
+pub fn file_name(first: Lane, last: Lane) -> String {
+    format!("lanes-{:06}-{:06}.{EXTENSION}", first.0, last.0)
+}
+
+/// Writes one rank's lanes into `dir` atomically; returns the file's path.
+pub fn write(
+    dir: &Path,
+    fingerprint: &RunFingerprint,
+    next_step: u64,
+    world_size: u32,
+    rank: u32,
+    lanes: Vec<LaneState>,
+) -> Result<PathBuf> {
+    let (Some(first), Some(last)) = (lanes.first(), lanes.last()) else {
+        return Err(Error::Config("a checkpoint needs at least one lane".into()));
+    };
+    let name = file_name(first.lane, last.lane);
+    let path = dir.join(&name);
+    let body = Body { fingerprint: fingerprint.clone(), next_step, world_size, rank, lanes };
+    let json = serde_json::to_vec(&body)
+        .map_err(|e| Error::CheckpointFile { path: path.clone(), message: format!("cannot encode: {e}") })?;
+    let mut bytes =
+        format!("{MAGIC}\nformat {FORMAT_VERSION}\nlength {}\nsha256 {}\n", json.len(), Digest::of(&json).to_hex())
+            .into_bytes();
+    bytes.extend_from_slice(&json);
+
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let write_tmp = || -> std::io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()
+    };
+    write_tmp().map_err(|e| Error::io(&tmp, e))?;
+    fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    // Make the rename itself durable.
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(path)
+}
+
+/// Parses one checkpoint file, checking magic, version, length and checksum.
+fn read_file(path: &Path) -> Result<Body> {
+    let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse(path, &bytes)
+}
+
+/// What a checkpoint file says about itself.
+#[derive(Debug)]
+pub struct Summary {
+    /// The first step a restore from it delivers.
+    pub next_step: u64,
+    /// The world size and rank that wrote it.
+    pub written_by: (u32, u32),
+    /// The lanes it holds.
+    pub lanes: Vec<Lane>,
+    /// The run fingerprint it was written under.
+    pub fingerprint: RunFingerprint,
+}
+
+/// Checks the bytes of a checkpoint file (magic, version, length, checksum, body) and
+/// summarizes it. Never panics on any input: this is what the fuzz target drives.
+pub fn inspect(path: &Path, bytes: &[u8]) -> Result<Summary> {
+    let body = parse(path, bytes)?;
+    Ok(Summary {
+        next_step: body.next_step,
+        written_by: (body.world_size, body.rank),
+        lanes: body.lanes.iter().map(|l| l.lane).collect(),
+        fingerprint: body.fingerprint,
+    })
+}
+
+fn parse(path: &Path, bytes: &[u8]) -> Result<Body> {
+    let bad = |m: String| Error::CheckpointFile { path: path.to_path_buf(), message: m };
+    let mut rest: &[u8] = bytes;
+    let mut line = |what: &str| -> Result<String> {
+        let nl =
+            rest.iter().position(|&b| b == b'\n').ok_or_else(|| bad(format!("truncated before the {what} line")))?;
+        let l = std::str::from_utf8(&rest[..nl]).map_err(|_| bad(format!("the {what} line is not text")))?.to_string();
+        rest = &rest[nl + 1..];
+        Ok(l)
+    };
+    if line("magic")? != MAGIC {
+        return Err(bad("not a zephon checkpoint (bad magic line)".into()));
+    }
+    let field = |l: String, key: &str| -> Result<String> {
+        l.strip_prefix(key)
+            .and_then(|v| v.strip_prefix(' '))
+            .map(str::to_string)
+            .ok_or_else(|| bad(format!("expected a '{key}' line, found {l:?}")))
+    };
+    let format = field(line("format")?, "format")?;
+    if format != FORMAT_VERSION.to_string() {
+        return Err(bad(format!("format version {format}, this build reads version {FORMAT_VERSION}")));
+    }
+    let length: usize =
+        field(line("length")?, "length")?.parse().map_err(|_| bad("the length is not a number".into()))?;
+    let sum = field(line("sha256")?, "sha256")?;
+    if rest.len() != length {
+        return Err(bad(format!("{} body bytes, the header says {length} (truncated or appended to)", rest.len())));
+    }
+    if Digest::of(rest).to_hex() != sum {
+        return Err(bad("checksum mismatch: the file is corrupt".into()));
+    }
+    serde_json::from_slice(rest).map_err(|e| bad(format!("body does not decode: {e}")))
+}
+
+/// What a restore needs from a checkpoint directory: the states of some lanes, all at one step.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The first step the restored run delivers.
+    pub next_step: u64,
+    /// The requested lanes' states, in the requested order.
+    pub lanes: Vec<LaneState>,
+}
+
+/// Reads the states of `wanted` lanes from whichever files in `dir` hold them, and checks that
+/// the checkpoint belongs to this run.
+///
+/// Fails when a lane is missing, two files disagree about a lane, the files are at different
+/// steps, or any part of the fingerprint differs (the error names the parts).
+pub fn load(dir: &Path, fingerprint: &RunFingerprint, wanted: &[Lane]) -> Result<Loaded> {
+    let mismatch = |m: String| Error::CheckpointMismatch { dir: dir.to_path_buf(), message: m };
+    let entries = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for e in entries {
+        let p = e.map_err(|e| Error::io(dir, e))?.path();
+        let is_ckpt = p.extension().is_some_and(|x| x == EXTENSION)
+            && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if is_ckpt {
+            files.push(p);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(mismatch(format!("no *.{EXTENSION} files")));
+    }
+    let mut step: Option<(u64, PathBuf)> = None;
+    let mut found: BTreeMap<Lane, (LaneState, PathBuf)> = BTreeMap::new();
+    for path in files {
+        let body = read_file(&path)?;
+        let diffs = fingerprint_diff(&body.fingerprint, fingerprint);
+        if !diffs.is_empty() {
+            return Err(mismatch(format!("{} was written by a different run: {}", path.display(), diffs.join("; "))));
+        }
+        match &step {
+            Some((s, other)) if *s != body.next_step => {
+                return Err(mismatch(format!(
+                    "{} is at step {} but {} is at step {s}: files from different checkpoints are mixed",
+                    path.display(),
+                    body.next_step,
+                    other.display()
+                )));
+            }
+            _ => step = Some((body.next_step, path.clone())),
+        }
+        for st in body.lanes {
+            if let Some((prev, prev_path)) = found.get(&st.lane) {
+                if *prev != st {
+                    return Err(mismatch(format!(
+                        "{} is in both {} and {} with different states",
+                        st.lane,
+                        prev_path.display(),
+                        path.display()
+                    )));
+                }
+                continue;
+            }
+            found.insert(st.lane, (st, path.clone()));
+        }
+    }
+    let missing: Vec<String> = wanted.iter().filter(|l| !found.contains_key(l)).map(|l| l.0.to_string()).collect();
+    if !missing.is_empty() {
+        return Err(mismatch(format!("no file holds lane(s) {}", missing.join(", "))));
+    }
+    let lanes = wanted.iter().filter_map(|l| found.remove(l).map(|(s, _)| s)).collect();
+    Ok(Loaded { next_step: step.map(|s| s.0).unwrap_or(0), lanes })
+}
+
+fn fingerprint_diff(saved: &RunFingerprint, now: &RunFingerprint) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = saved.keys().chain(now.keys()).collect();
+    keys.into_iter()
+        .filter(|k| saved.get(*k) != now.get(*k))
+        .map(|k| {
+            let show = |v: Option<&String>| v.map_or("(absent)".to_string(), |v| v.chars().take(80).collect());
+            format!("{k} was {} and is now {}", show(saved.get(k)), show(now.get(k)))
+        })
+        .collect()
+}

@@ -1,0 +1,331 @@
+//! One lane's ordered part: accumulators, row assembly into steps, snapshots.
+//!
+//! A `LaneRun` is only ever touched by one thread at a time (it sits behind the lane's own
+//! mutex); everything here is sequential and deterministic.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::checkpoint::{Cursor, LaneState};
+use crate::error::{Error, OpError, record_error};
+use crate::id::{Lane, Step};
+use crate::operator::Accumulator;
+use crate::pipeline::{Plan, apply_chain};
+use crate::record::Record;
+use crate::step::{LaneStep, lane_digest};
+
+use super::Tail;
+
+/// What a worker produced for one unit of a lane's input, before ordering.
+pub(crate) enum UnitOutput {
+    /// Samples `start..start + ends.len()` of the lane's chunk `chunk` (of `chunk_len` samples).
+    Samples {
+        chunk: u64,
+        start: u64,
+        chunk_len: u64,
+        /// Outputs of all inputs, concatenated.
+        records: Vec<Record>,
+        /// `ends[j]`: number of outputs of inputs `0..=j`.
+        ends: Vec<usize>,
+        /// Inputs skipped under the skip policy.
+        skipped: Vec<bool>,
+        /// A failure at input `.0`: inputs before it are good, the lane stops there.
+        failure: Option<(usize, Error)>,
+    },
+    /// The lane's input has ended.
+    End,
+    /// The work source failed for this lane.
+    Failed(Error),
+}
+
+/// How far a lane has got, as the scheduler and consumer see it.
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct Progress {
+    /// Steps finalized so far (absolute: the next step to finalize).
+    pub steps_made: u64,
+    /// No more steps will come (input ended, or the lane failed).
+    pub done: bool,
+}
+
+pub(crate) struct LaneRun {
+    pub lane: Lane,
+    plan: Arc<Plan>,
+    accs: Vec<Box<dyn Accumulator>>,
+    names: Arc<[String]>,
+    rows_per_step: usize,
+    tail: Tail,
+    snapshot_every: u64,
+    cursor: Cursor,
+    rows_emitted: u64,
+    skipped: u64,
+    finished: bool,
+    /// Rows of the step being filled.
+    current: Vec<Record>,
+    /// Finalized steps not yet moved to the consumer's queue.
+    pub steps: VecDeque<LaneStep>,
+    next_step: u64,
+    /// Steps finalized since the last input boundary (they still need their snapshot).
+    unsnapped: usize,
+    pub error: Option<Error>,
+    scratch: Vec<Vec<Record>>,
+}
+
+pub(crate) struct LaneSetup {
+    pub lane: Lane,
+    pub plan: Arc<Plan>,
+    pub accs: Vec<Box<dyn Accumulator>>,
+    pub names: Arc<[String]>,
+    pub rows_per_step: usize,
+    pub tail: Tail,
+    pub snapshot_every: u64,
+}
+
+impl LaneRun {
+    /// A lane at the start of its input, at step `next_step`.
+    pub fn new(setup: LaneSetup, next_step: u64) -> Self {
+        let stages = setup.accs.len();
+        LaneRun {
+            lane: setup.lane,
+            plan: setup.plan,
+            accs: setup.accs,
+            names: setup.names,
+            rows_per_step: setup.rows_per_step,
+            tail: setup.tail,
+            snapshot_every: setup.snapshot_every,
+            cursor: Cursor::default(),
+            rows_emitted: 0,
+            skipped: 0,
+            finished: false,
+            current: Vec::new(),
+            steps: VecDeque::new(),
+            next_step,
+            unsnapped: 0,
+            error: None,
+            scratch: (0..stages).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// Continues a lane from a checkpointed state whose accumulators were already imported,
+    /// given its pending rows rebuilt in order.
+    pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Self {
+        let mut run = LaneRun::new(setup, next_step);
+        run.cursor = state.cursor;
+        run.skipped = state.skipped;
+        run.finished = state.finished;
+        run.rows_emitted = state.rows_emitted - pending.len() as u64;
+        for row in pending {
+            run.emit(row);
+        }
+        if run.finished {
+            run.finish_tail();
+        }
+        run.boundary();
+        run
+    }
+
+    pub fn progress(&self) -> Progress {
+        Progress { steps_made: self.next_step, done: self.finished || self.error.is_some() }
+    }
+
+    pub fn cursor(&self) -> Cursor {
+        self.cursor
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The state now, as a checkpoint would hold it: every row not yet handed to the consumer
+    /// is pending (used for the start-of-run snapshot and for ended lanes).
+    pub fn state_now(&self) -> LaneState {
+        LaneState {
+            lane: self.lane,
+            cursor: self.cursor,
+            rows_emitted: self.rows_emitted,
+            skipped: self.skipped,
+            finished: self.finished,
+            accumulators: self.accs.iter().map(|a| a.export()).collect(),
+            pending: self.pending_after(0),
+        }
+    }
+
+    /// Lineages of rows emitted after the first `k` queued steps.
+    fn pending_after(&self, k: usize) -> Vec<crate::record::Lineage> {
+        self.steps
+            .iter()
+            .skip(k)
+            .flat_map(|s| s.rows.iter())
+            .chain(self.current.iter())
+            .map(|r| r.lineage().clone())
+            .collect()
+    }
+
+    /// Feeds one ordered unit. Errors stop the lane (kept in `self.error`).
+    pub fn accumulate(&mut self, unit: UnitOutput) {
+        if self.error.is_some() || self.finished {
+            return;
+        }
+        match unit {
+            UnitOutput::Samples { chunk, start, chunk_len, records, ends, skipped, failure } => {
+                let mut records = records.into_iter();
+                let mut done = 0;
+                let good = failure.as_ref().map_or(ends.len(), |(j, _)| *j);
+                for j in 0..good {
+                    for rec in records.by_ref().take(ends[j] - done) {
+                        if let Err(e) = self.push_stage(0, rec) {
+                            self.error = Some(e);
+                            return;
+                        }
+                    }
+                    done = ends[j];
+                    if skipped[j] {
+                        self.skipped += 1;
+                    }
+                    let next = start + j as u64 + 1;
+                    self.cursor = if next >= chunk_len {
+                        Cursor { chunk: chunk + 1, offset: 0 }
+                    } else {
+                        Cursor { chunk, offset: next }
+                    };
+                    self.boundary();
+                }
+                if let Some((_, e)) = failure {
+                    self.error = Some(e);
+                }
+            }
+            UnitOutput::End => {
+                if let Err(e) = self.finish_all() {
+                    self.error = Some(e);
+                    return;
+                }
+                self.finished = true;
+                self.finish_tail();
+                self.boundary();
+            }
+            UnitOutput::Failed(e) => self.error = Some(e),
+        }
+    }
+
+    /// Pushes `rec` into accumulator stage `k` (or out as a row past the last stage).
+    fn push_stage(&mut self, k: usize, rec: Record) -> Result<(), Error> {
+        if k == self.accs.len() {
+            return self.emit_through_tail(rec);
+        }
+        let origin = rec.lineage().first_sample();
+        let mut out = std::mem::take(&mut self.scratch[k]);
+        let pushed = self.accs[k].push(rec, &mut out);
+        let res = match pushed {
+            Ok(()) => self.forward(k, &mut out),
+            Err(e) => Err(self.op_error(self.plan.stages[k].op.name(), origin, e)),
+        };
+        out.clear();
+        self.scratch[k] = out;
+        res
+    }
+
+    /// Sends the outputs of stage `k` on: through the next stage's inline maps into it.
+    fn forward(&mut self, k: usize, out: &mut Vec<Record>) -> Result<(), Error> {
+        let plan = self.plan.clone();
+        let pre = plan.stages.get(k + 1).map_or(&[][..], |s| &s.pre[..]);
+        for r in out.drain(..) {
+            if pre.is_empty() {
+                self.push_stage(k + 1, r)?;
+            } else {
+                let origin = r.lineage().first_sample();
+                let mut mapped = Vec::new();
+                apply_chain(pre, r, &mut mapped).map_err(|(op, e)| self.op_error(op, origin, e))?;
+                for m in mapped {
+                    self.push_stage(k + 1, m)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn emit_through_tail(&mut self, rec: Record) -> Result<(), Error> {
+        if self.plan.tail.is_empty() {
+            self.emit(rec);
+            return Ok(());
+        }
+        let plan = self.plan.clone();
+        let origin = rec.lineage().first_sample();
+        let mut rows = Vec::new();
+        apply_chain(&plan.tail, rec, &mut rows).map_err(|(op, e)| self.op_error(op, origin, e))?;
+        for r in rows {
+            self.emit(r);
+        }
+        Ok(())
+    }
+
+    /// Flushes every accumulator in order, each one's leftovers flowing into the next.
+    fn finish_all(&mut self) -> Result<(), Error> {
+        for k in 0..self.accs.len() {
+            let mut out = Vec::new();
+            if let Err(e) = self.accs[k].finish(&mut out) {
+                return Err(self.op_error(self.plan.stages[k].op.name(), None, e));
+            }
+            self.forward(k, &mut out)?;
+        }
+        Ok(())
+    }
+
+    fn op_error(&self, op: &str, origin: Option<crate::id::SampleId>, e: OpError) -> Error {
+        match origin {
+            Some(s) => record_error(&self.names, s, self.lane, op, e.to_string()),
+            None => Error::Operator { operator: op.to_string(), lane: self.lane, message: e.to_string() },
+        }
+    }
+
+    fn emit(&mut self, row: Record) {
+        self.rows_emitted += 1;
+        self.current.push(row);
+        if self.current.len() == self.rows_per_step {
+            self.finalize();
+        }
+    }
+
+    fn finalize(&mut self) {
+        let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.rows_per_step));
+        let digest = lane_digest(&rows);
+        self.steps.push_back(LaneStep { lane: self.lane, step: Step(self.next_step), rows, digest, state: None });
+        self.next_step += 1;
+        self.unsnapped += 1;
+    }
+
+    /// After the input has ended: a final partial step, if the tail policy keeps one.
+    fn finish_tail(&mut self) {
+        if self.tail == Tail::Partial && !self.current.is_empty() {
+            self.finalize();
+        }
+    }
+
+    /// An input boundary: the state is consistent, so steps finalized since the last boundary
+    /// get their snapshots now.
+    fn boundary(&mut self) {
+        if self.unsnapped == 0 {
+            return;
+        }
+        let first = self.steps.len() - self.unsnapped;
+        self.unsnapped = 0;
+        let every = self.snapshot_every;
+        if !(first..self.steps.len()).any(|i| (self.steps[i].step.0 + 1).is_multiple_of(every)) {
+            return;
+        }
+        let accumulators: Vec<_> = self.accs.iter().map(|a| a.export()).collect();
+        for i in first..self.steps.len() {
+            if !(self.steps[i].step.0 + 1).is_multiple_of(every) {
+                continue;
+            }
+            let state = LaneState {
+                lane: self.lane,
+                cursor: self.cursor,
+                rows_emitted: self.rows_emitted,
+                skipped: self.skipped,
+                finished: self.finished,
+                accumulators: accumulators.clone(),
+                pending: self.pending_after(i + 1),
+            };
+            self.steps[i].state = Some(Arc::new(state));
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The operator contract: a stateless part that runs anywhere, and an optional per-lane
+//! accumulator that runs in order.
+//!
+//! A third-party operator implements [`Operator`] (and, if it keeps state, [`Accumulator`])
+//! against this module alone. The engine guarantees:
+//!
+//! - [`Operator::apply`] may run on any thread, in any order, any number of times (restore
+//!   runs it again on buffered samples); it must be a pure function of its input record.
+//! - An [`Accumulator`] belongs to one lane. It sees that lane's records in stream order,
+//!   one call at a time; its outputs depend only on that order, never on timing.
+//! - At checkpoint time, [`Accumulator::export`] describes the state as small numbers plus the
+//!   lineage of the records it holds; restore re-reads and re-processes exactly those records
+//!   and hands them back to [`Accumulator::import`]. No payloads are saved and nothing else is
+//!   replayed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::OpError;
+use crate::id::Lane;
+use crate::record::{Lineage, Record};
+
+/// What an operator does: a stateless transformation, an accumulator, or both in that order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum OperatorKind {
+    /// Only the stateless part ([`Operator::apply`]).
+    Map,
+    /// Only an accumulator (`apply` is not called).
+    Accumulate,
+    /// `apply`, then the accumulator on its outputs.
+    MapThenAccumulate,
+}
+
+impl OperatorKind {
+    /// Whether `apply` runs.
+    pub fn maps(self) -> bool {
+        matches!(self, OperatorKind::Map | OperatorKind::MapThenAccumulate)
+    }
+
+    /// Whether there is an accumulator.
+    pub fn accumulates(self) -> bool {
+        matches!(self, OperatorKind::Accumulate | OperatorKind::MapThenAccumulate)
+    }
+}
+
+/// Where an accumulator lives: its lane and the run's seed (for an [`crate::RngKey`]).
+///
+/// Deliberately no world size or rank: an accumulator that could see them could make the data
+/// depend on them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LaneContext {
+    /// The lane.
+    pub lane: Lane,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+/// One step of a pipeline.
+pub trait Operator: Send + Sync + 'static {
+    /// A short name for plans and errors (`tokenize`, `pack`).
+    fn name(&self) -> &str;
+
+    /// Every setting that changes the output, in a canonical text form. Part of the checkpoint
+    /// fingerprint: a checkpoint only restores into a pipeline with the same fingerprints.
+    fn fingerprint(&self) -> String;
+
+    /// Which parts the operator has.
+    fn kind(&self) -> OperatorKind {
+        OperatorKind::Map
+    }
+
+    /// The stateless part: turns one record into zero or more records appended to `out`.
+    /// Must be a pure function of `record`. When it splits a record, the pieces must have
+    /// disjoint lineage ranges.
+    fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        out.push(record);
+        Ok(())
+    }
+
+    /// A fresh accumulator for one lane. Called once per owned lane when the engine starts
+    /// (and again on restore before `import`). Must return `Some` when [`Operator::kind`]
+    /// says the operator accumulates.
+    fn accumulator(&self, lane: LaneContext) -> Option<Box<dyn Accumulator>> {
+        let _ = lane;
+        None
+    }
+
+    /// One line for `explain`: what the operator does and what it buffers.
+    fn describe(&self) -> String {
+        self.fingerprint()
+    }
+}
+
+/// The state of an accumulator in a checkpoint: small numbers plus the lineage of the records
+/// it holds, in the accumulator's own order. Never payloads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccumulatorState {
+    /// Counters and offsets; their meaning is the accumulator's.
+    pub values: Vec<u64>,
+    /// The records held, by lineage. Restore rebuilds them and passes them to `import` in
+    /// this order.
+    pub buffered: Vec<Lineage>,
+}
+
+/// The ordered per-lane part of an operator (packing, shuffle buffers, mixture correction).
+pub trait Accumulator: Send {
+    /// Takes the lane's next record; appends any records now ready to `out`.
+    fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError>;
+
+    /// The lane's input has ended: appends whatever should still come out.
+    fn finish(&mut self, out: &mut Vec<Record>) -> Result<(), OpError> {
+        let _ = out;
+        Ok(())
+    }
+
+    /// The state, as numbers plus lineage of held records.
+    fn export(&self) -> AccumulatorState;
+
+    /// Restores a state that [`Accumulator::export`] produced, given the held records rebuilt
+    /// in the order of `state.buffered`. Called on a fresh accumulator.
+    fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError>;
+
+    /// Rebuilds a record this accumulator emitted, from its lineage alone, asking `input` for
+    /// the records it was made of. The default suits accumulators that emit their inputs
+    /// unchanged (shuffles, reorderings): it returns the input record with that lineage.
+    /// Accumulators that combine or cut records (packing) override it and must produce
+    /// exactly what `push` produced.
+    fn rebuild(&self, lineage: &Lineage, input: &mut dyn RebuildInput) -> Result<Record, OpError> {
+        input.covering(lineage)
+    }
+}
+
+/// Access, during restore, to the records that reached an accumulator.
+pub trait RebuildInput {
+    /// The whole record, as it reached the accumulator, whose lineage covers `lineage`
+    /// (equal lineage, or a single fragment containing it).
+    fn covering(&mut self, lineage: &Lineage) -> Result<Record, OpError>;
+
+    /// Exactly the record with `lineage`: the covering record, sliced to a single fragment's
+    /// range when it is larger.
+    fn exact(&mut self, lineage: &Lineage) -> Result<Record, OpError> {
+        self.covering(lineage)?.narrow_to(lineage).map_err(OpError::Fatal)
+    }
+}

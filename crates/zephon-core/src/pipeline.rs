@@ -1,0 +1,172 @@
+//! A pipeline: operators in order, and the plan that splits them into the parallel part and
+//! the per-lane stages.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::digest::Digest;
+use crate::error::{Error, OpError, Result};
+use crate::operator::{Accumulator, LaneContext, Operator, OperatorKind};
+use crate::record::{Lineage, Record};
+
+/// Operators in order. Records flow through each operator's stateless part, then its
+/// accumulator, then on to the next operator.
+#[derive(Clone, Default)]
+pub struct Pipeline {
+    ops: Vec<Arc<dyn Operator>>,
+}
+
+impl Pipeline {
+    /// An empty pipeline: rows are the records as read.
+    pub fn new() -> Self {
+        Pipeline::default()
+    }
+
+    /// Appends an operator.
+    #[must_use]
+    pub fn then(mut self, op: impl Operator) -> Self {
+        self.ops.push(Arc::new(op));
+        self
+    }
+
+    /// Appends a shared operator.
+    #[must_use]
+    pub fn then_arc(mut self, op: Arc<dyn Operator>) -> Self {
+        self.ops.push(op);
+        self
+    }
+
+    /// The operators in order.
+    pub fn operators(&self) -> &[Arc<dyn Operator>] {
+        &self.ops
+    }
+
+    /// A digest of every operator's name and fingerprint, in order.
+    pub fn fingerprint(&self) -> Digest {
+        let mut text = String::new();
+        for op in &self.ops {
+            let _ = writeln!(text, "{}\t{:?}\t{}", op.name(), op.kind(), op.fingerprint());
+        }
+        Digest::of(text.as_bytes())
+    }
+
+    /// The plan as text: which operators run in parallel, which per lane, what each buffers.
+    pub fn explain(&self) -> String {
+        let plan = Plan::new(self.clone());
+        let mut s = String::new();
+        let line = |s: &mut String, where_: &str, op: &Arc<dyn Operator>, part: &str| {
+            let _ = writeln!(s, "  {where_:<22} {:<16} {part:<12} {}", op.name(), op.describe());
+        };
+        let _ = writeln!(s, "  {:<22} {:<16} {:<12} description", "runs", "operator", "part");
+        for op in &plan.parallel {
+            line(&mut s, "parallel (any thread)", op, "stateless");
+        }
+        for (k, stage) in plan.stages.iter().enumerate() {
+            for op in &stage.pre {
+                line(&mut s, &format!("lane, stage {k}"), op, "stateless");
+            }
+            line(&mut s, &format!("lane, stage {k}"), &stage.op, "accumulator");
+        }
+        for op in &plan.tail {
+            line(&mut s, "lane, after stages", op, "stateless");
+        }
+        s
+    }
+}
+
+/// One accumulator and the stateless parts that run inline before it.
+#[derive(Clone)]
+pub(crate) struct Stage {
+    /// Stateless parts between the previous accumulator and this one (run on the lane).
+    pub pre: Vec<Arc<dyn Operator>>,
+    /// The operator whose accumulator this is.
+    pub op: Arc<dyn Operator>,
+}
+
+/// The executable form of a pipeline.
+///
+/// Stateless parts before the first accumulator run in parallel on any thread (that is where
+/// the heavy work — reading, tokenizing, decoding — belongs). After the first accumulator,
+/// everything runs on the lane, in order: records there already depend on history.
+#[derive(Clone)]
+pub(crate) struct Plan {
+    pub pipeline: Pipeline,
+    pub parallel: Vec<Arc<dyn Operator>>,
+    pub stages: Vec<Stage>,
+    pub tail: Vec<Arc<dyn Operator>>,
+}
+
+impl Plan {
+    pub fn new(pipeline: Pipeline) -> Self {
+        let mut parallel = None;
+        let mut stages = Vec::new();
+        let mut maps: Vec<Arc<dyn Operator>> = Vec::new();
+        for op in &pipeline.ops {
+            let kind = op.kind();
+            if kind.maps() {
+                maps.push(op.clone());
+            }
+            if kind.accumulates() {
+                let pre = std::mem::take(&mut maps);
+                if parallel.is_none() {
+                    parallel = Some(pre);
+                    stages.push(Stage { pre: Vec::new(), op: op.clone() });
+                } else {
+                    stages.push(Stage { pre, op: op.clone() });
+                }
+            }
+        }
+        match parallel {
+            Some(parallel) => Plan { pipeline, parallel, stages, tail: maps },
+            None => Plan { pipeline, parallel: maps, stages, tail: Vec::new() },
+        }
+    }
+
+    /// One fresh accumulator per stage for `lane`.
+    pub fn accumulators(&self, ctx: LaneContext) -> Result<Vec<Box<dyn Accumulator>>> {
+        self.stages
+            .iter()
+            .map(|st| {
+                st.op.accumulator(ctx).ok_or_else(|| Error::Operator {
+                    operator: st.op.name().to_string(),
+                    lane: ctx.lane,
+                    message: format!("declares kind {:?} but returned no accumulator", OperatorKind::Accumulate),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Runs `ops`' stateless parts in order on `record` (each 1:N), appending the final outputs to
+/// `out`. On error returns the failing operator's name.
+pub(crate) fn apply_chain<'a>(
+    ops: &'a [Arc<dyn Operator>],
+    record: Record,
+    out: &mut Vec<Record>,
+) -> Result<(), (&'a str, OpError)> {
+    match ops {
+        [] => {
+            out.push(record);
+            Ok(())
+        }
+        [only] => only.apply(record, out).map_err(|e| (only.name(), e)),
+        [first, rest @ ..] => {
+            let mut mid = Vec::new();
+            first.apply(record, &mut mid).map_err(|e| (first.name(), e))?;
+            for r in mid {
+                apply_chain(rest, r, out)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Picks the record among `candidates` whose lineage covers `wanted`.
+pub(crate) fn take_covering(candidates: Vec<Record>, wanted: &Lineage) -> Result<Record, OpError> {
+    let n = candidates.len();
+    candidates.into_iter().find(|r| r.lineage().covers(wanted)).ok_or_else(|| {
+        OpError::Fatal(format!(
+            "none of the {n} records the operators produce covers it (did an operator's output change since the checkpoint?)"
+        ))
+    })
+}

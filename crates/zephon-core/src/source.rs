@@ -1,0 +1,300 @@
+//! Where samples come from: datasets (stored rows by [`SampleId`]) and the [`WorkSource`]
+//! (which samples each lane processes, in what order).
+//!
+//! The interfaces are here so the engine and third-party sources share them; the real
+//! implementations live in `zephon-io` (JSONL, Parquet) and `zephon-mix` (mixtures, shuffles,
+//! epochs). The in-memory ones here are for tests and examples.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::Digest;
+use crate::error::OpError;
+use crate::id::{Lane, SampleId};
+use crate::record::{Field, Record, Value};
+use crate::rng::{Permutation, RngKey};
+
+/// One shard as the manifest records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardManifest {
+    /// Where the shard is (a path, or a name for in-memory data).
+    pub path: String,
+    /// Number of rows.
+    pub rows: u64,
+    /// Size in bytes (the file's, or the text's for in-memory data).
+    pub bytes: u64,
+    /// Changes whenever the shard's content changes (for files: size, modification time and a
+    /// hash of sampled content; for in-memory data: a content hash).
+    pub version: String,
+}
+
+/// What a dataset holds: its shards, row counts and sizes. Plain data, so that mixing and
+/// checkpoint code never needs the readers (or their heavy dependencies).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetManifest {
+    /// The dataset's name, used in errors and plans.
+    pub name: String,
+    /// The shards, in their fixed order.
+    pub shards: Vec<ShardManifest>,
+}
+
+impl DatasetManifest {
+    /// Rows over all shards.
+    pub fn rows(&self) -> u64 {
+        self.shards.iter().map(|s| s.rows).sum()
+    }
+
+    /// Bytes over all shards.
+    pub fn bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.bytes).sum()
+    }
+
+    /// A digest that changes when any shard's content, order or count changes.
+    pub fn fingerprint(&self) -> Digest {
+        // Serializing a plain struct of strings and integers cannot fail.
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        Digest::of(&json)
+    }
+}
+
+/// A stored dataset that reads rows by id.
+pub trait Dataset: Send + Sync {
+    /// The dataset's shards and sizes.
+    fn manifest(&self) -> &DatasetManifest;
+
+    /// Reads `samples` — all of one shard of this dataset — appending one result per sample,
+    /// in order, to `out`. A malformed row is an [`OpError::Data`]; a shard that cannot be
+    /// opened is an [`OpError::Fatal`] for each of its samples. Returned records carry their
+    /// sample's lineage (`Record::from_sample`).
+    fn read(&self, samples: &[SampleId], out: &mut Vec<Result<Record, OpError>>);
+}
+
+/// The run's datasets, numbered in order: reads any mix of samples, one batch per shard.
+#[derive(Clone, Default)]
+pub struct Datasets {
+    list: Vec<Arc<dyn Dataset>>,
+}
+
+impl Datasets {
+    /// The datasets, numbered by position.
+    pub fn new(list: Vec<Arc<dyn Dataset>>) -> Self {
+        Datasets { list }
+    }
+
+    /// Number of datasets.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The manifests, in dataset order.
+    pub fn manifests(&self) -> Vec<DatasetManifest> {
+        self.list.iter().map(|d| d.manifest().clone()).collect()
+    }
+
+    /// The dataset names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.list.iter().map(|d| d.manifest().name.clone()).collect()
+    }
+
+    /// A digest over all manifests: changes when any dataset changes.
+    pub fn fingerprint(&self) -> Digest {
+        let parts: Vec<[u8; 32]> = self.list.iter().map(|d| d.manifest().fingerprint().0).collect();
+        Digest::of_parts(parts.iter().map(|p| p.as_slice()))
+    }
+
+    /// Reads `samples` in any order, grouping consecutive samples of one shard into one call.
+    /// Returns one result per sample, in order.
+    pub fn read(&self, samples: &[SampleId]) -> Vec<Result<Record, OpError>> {
+        let mut out = Vec::with_capacity(samples.len());
+        let mut start = 0;
+        while start < samples.len() {
+            let first = samples[start];
+            let end = start
+                + samples[start..].iter().take_while(|s| s.dataset == first.dataset && s.shard == first.shard).count();
+            match self.list.get(first.dataset as usize) {
+                Some(ds) => {
+                    let before = out.len();
+                    ds.read(&samples[start..end], &mut out);
+                    if out.len() != before + (end - start) {
+                        out.truncate(before);
+                        out.extend(
+                            (start..end).map(|_| {
+                                Err(OpError::Fatal("dataset reader returned the wrong number of rows".into()))
+                            }),
+                        );
+                    }
+                }
+                None => out.extend((start..end).map(|_| {
+                    Err(OpError::Fatal(format!("no dataset #{} (the run has {})", first.dataset, self.list.len())))
+                })),
+            }
+            start = end;
+        }
+        out
+    }
+}
+
+/// A piece of work for one lane: samples to process in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// The chunk's global index (which chunk of the whole stream this is).
+    pub index: u64,
+    /// The samples, in processing order.
+    pub samples: Vec<SampleId>,
+}
+
+/// A deterministic stream of chunks dealt to lanes: what to train on, in what order.
+///
+/// Must be a pure function of its configuration: `chunk(lane, lanes, n)` returns the same
+/// chunk whenever and wherever it is called, so a lane can seek to any position on restore.
+/// It must not depend on the world size (only on the lane count).
+pub trait WorkSource: Send + Sync {
+    /// The `n`-th chunk of `lane` in a run with `lanes` lanes, or `None` when the lane has no
+    /// more work (it then has none for any larger `n`).
+    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String>;
+
+    /// Everything that changes the stream, canonical, for the checkpoint fingerprint.
+    fn fingerprint(&self) -> String;
+
+    /// One line for `explain`.
+    fn describe(&self) -> String {
+        self.fingerprint()
+    }
+}
+
+/// An in-memory dataset of named fields, for tests and examples.
+pub struct MemoryDataset {
+    manifest: DatasetManifest,
+    shards: Vec<Vec<Vec<(Field, Value)>>>,
+}
+
+impl MemoryDataset {
+    /// A dataset called `name` whose shards hold one text field `field` per row.
+    pub fn from_texts(name: &str, field: &str, shards: Vec<Vec<String>>) -> Self {
+        let field = Field::new(field);
+        let shards = shards
+            .into_iter()
+            .map(|rows| rows.into_iter().map(|t| vec![(field.clone(), Value::Str(t))]).collect())
+            .collect();
+        MemoryDataset::from_rows(name, shards)
+    }
+
+    /// A dataset called `name` from rows of named fields, grouped in shards.
+    pub fn from_rows(name: &str, shards: Vec<Vec<Vec<(Field, Value)>>>) -> Self {
+        let manifest = DatasetManifest {
+            name: name.to_string(),
+            shards: shards
+                .iter()
+                .enumerate()
+                .map(|(i, rows)| {
+                    let mut bytes = 0u64;
+                    let mut h = crate::digest::Hasher::new();
+                    for row in rows {
+                        let r = Record::from_sample(SampleId::new(0, 0, 0));
+                        let r = row.iter().fold(r, |r, (f, v)| r.with(f, v.clone()));
+                        r.encode_canonical(&mut |b| {
+                            bytes += b.len() as u64;
+                            h.update(b)
+                        });
+                    }
+                    ShardManifest {
+                        path: format!("memory:{name}/{i}"),
+                        rows: rows.len() as u64,
+                        bytes,
+                        version: h.finish().to_hex(),
+                    }
+                })
+                .collect(),
+        };
+        MemoryDataset { manifest, shards }
+    }
+}
+
+impl Dataset for MemoryDataset {
+    fn manifest(&self) -> &DatasetManifest {
+        &self.manifest
+    }
+
+    fn read(&self, samples: &[SampleId], out: &mut Vec<Result<Record, OpError>>) {
+        for &id in samples {
+            let row = self.shards.get(id.shard as usize).and_then(|s| s.get(id.row as usize));
+            out.push(match row {
+                Some(fields) => {
+                    let mut r = Record::from_sample(id);
+                    for (f, v) in fields {
+                        r.set(f, v.clone());
+                    }
+                    Ok(r)
+                }
+                None => Err(OpError::Fatal(format!("{}: no such row", self.manifest.name))),
+            });
+        }
+    }
+}
+
+/// A simple work source over datasets: all rows of all datasets in order, cut into chunks of
+/// `chunk_size`, for a number of epochs. Block `n` of L consecutive chunks is dealt one chunk
+/// per lane by a seeded permutation, so lane `l`'s `n`-th chunk is found in O(1).
+///
+/// For tests and examples; `zephon-mix` has the real one (mixtures, shuffles, exhaustion).
+#[derive(Clone, Debug)]
+pub struct SequentialSource {
+    /// (dataset, shard, rows) in reading order.
+    shards: Vec<(u32, u32, u64)>,
+    total: u64,
+    chunk_size: u64,
+    epochs: u64,
+    seed: u64,
+}
+
+impl SequentialSource {
+    /// All rows of `manifests` in order, `chunk_size` per chunk, repeated `epochs` times.
+    pub fn new(manifests: &[DatasetManifest], chunk_size: u64, epochs: u64, seed: u64) -> Self {
+        let shards: Vec<(u32, u32, u64)> = manifests
+            .iter()
+            .enumerate()
+            .flat_map(|(d, m)| m.shards.iter().enumerate().map(move |(s, sh)| (d as u32, s as u32, sh.rows)))
+            .filter(|&(_, _, rows)| rows > 0)
+            .collect();
+        let total = shards.iter().map(|s| s.2).sum();
+        SequentialSource { shards, total, chunk_size: chunk_size.max(1), epochs, seed }
+    }
+
+    fn sample_at(&self, mut i: u64) -> SampleId {
+        for &(d, s, rows) in &self.shards {
+            if i < rows {
+                return SampleId::new(d, s, i);
+            }
+            i -= rows;
+        }
+        unreachable!("index checked against total")
+    }
+}
+
+impl WorkSource for SequentialSource {
+    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String> {
+        let per_epoch = self.total.div_ceil(self.chunk_size);
+        let deal = Permutation::new(lanes as u64, RngKey::new(self.seed, "sequential-deal").with(n));
+        let g = n * lanes as u64 + deal.apply(lane.0 as u64);
+        if per_epoch == 0 || g >= per_epoch * self.epochs {
+            return Ok(None);
+        }
+        let c = g % per_epoch;
+        let start = c * self.chunk_size;
+        let end = (start + self.chunk_size).min(self.total);
+        Ok(Some(Chunk { index: g, samples: (start..end).map(|i| self.sample_at(i)).collect() }))
+    }
+
+    fn fingerprint(&self) -> String {
+        format!(
+            "sequential(shards={:?}, chunk_size={}, epochs={}, seed={})",
+            self.shards, self.chunk_size, self.epochs, self.seed
+        )
+    }
+}

@@ -1,0 +1,152 @@
+//! Steps: the rows each lane gives a step, the local step of a rank, microbatches, and the
+//! digests that prove two runs delivered the same bytes.
+
+use std::sync::Arc;
+
+use crate::batch::Batch;
+use crate::checkpoint::LaneState;
+use crate::digest::{Digest, Hasher};
+use crate::error::{Error, Result};
+use crate::id::{Lane, Step};
+use crate::record::Record;
+use crate::topology::Topology;
+
+/// SHA-256 over the canonical encodings of `rows`, in order: the lane's digest for a step.
+pub fn lane_digest(rows: &[Record]) -> Digest {
+    let mut h = Hasher::new();
+    for r in rows {
+        r.encode_canonical(&mut |b| h.update(b));
+    }
+    h.finish()
+}
+
+/// The step fingerprint: SHA-256 over the lane digests (32 raw bytes each) in lane order.
+/// Ranks compute their lanes' digests independently; concatenating them in lane order and
+/// hashing gives the global fingerprint without any communication.
+pub fn step_fingerprint<'a>(lane_digests: impl IntoIterator<Item = &'a Digest>) -> Digest {
+    let mut h = Hasher::new();
+    for d in lane_digests {
+        h.update(&d.0);
+    }
+    h.finish()
+}
+
+/// One lane's rows for one step.
+#[derive(Debug)]
+pub struct LaneStep {
+    pub(crate) lane: Lane,
+    pub(crate) step: Step,
+    pub(crate) rows: Vec<Record>,
+    pub(crate) digest: Digest,
+    /// The lane's state right after this step, if a snapshot was taken for it.
+    pub(crate) state: Option<Arc<LaneState>>,
+}
+
+impl LaneStep {
+    /// The lane.
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+
+    /// The rows, in lane order (R of them, fewer only in a final partial step).
+    pub fn rows(&self) -> &[Record] {
+        &self.rows
+    }
+
+    /// SHA-256 of the rows' canonical encodings.
+    pub fn digest(&self) -> Digest {
+        self.digest
+    }
+}
+
+/// A rank's share of a global step: its lanes' rows in lane order.
+#[derive(Debug)]
+pub struct LocalStep {
+    pub(crate) step: Step,
+    pub(crate) topology: Topology,
+    pub(crate) lanes: Vec<LaneStep>,
+}
+
+impl LocalStep {
+    /// Which global step this is.
+    pub fn step(&self) -> Step {
+        self.step
+    }
+
+    /// The topology it was produced under.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The owned lanes' contributions, in lane order.
+    pub fn lanes(&self) -> &[LaneStep] {
+        &self.lanes
+    }
+
+    /// All rows in lane order.
+    pub fn rows(&self) -> impl Iterator<Item = &Record> {
+        self.lanes.iter().flat_map(|l| l.rows.iter())
+    }
+
+    /// Number of rows (the topology's local rows, fewer only in a final partial step).
+    pub fn len(&self) -> usize {
+        self.lanes.iter().map(|l| l.rows.len()).sum()
+    }
+
+    /// Whether the step has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether this is a final partial step (some lane gave fewer than R rows).
+    pub fn is_partial(&self) -> bool {
+        let r = self.topology.rows_per_lane() as usize;
+        self.lanes.iter().any(|l| l.rows.len() != r)
+    }
+
+    /// `(lane, digest)` for each owned lane.
+    pub fn lane_digests(&self) -> impl Iterator<Item = (Lane, Digest)> + '_ {
+        self.lanes.iter().map(|l| (l.lane, l.digest))
+    }
+
+    /// The fingerprint over this rank's lanes only (equals the global fingerprint at W = 1).
+    pub fn local_fingerprint(&self) -> Digest {
+        step_fingerprint(self.lanes.iter().map(|l| &l.digest))
+    }
+
+    /// The rows stacked into one columnar batch.
+    pub fn to_batch(&self) -> Result<Batch> {
+        Batch::from_rows(self.rows()).map_err(|e| Error::Step { step: self.step, message: e.to_string() })
+    }
+
+    /// The local step cut into microbatches of `size` rows, in order. A view: microbatching
+    /// never changes which rows a step holds. `size` must divide the local row count.
+    pub fn microbatches(&self, size: usize) -> Result<Vec<Microbatch<'_>>> {
+        let rows: Vec<&Record> = self.rows().collect();
+        if size == 0 || (!rows.len().is_multiple_of(size) && !self.is_partial()) {
+            return Err(Error::Step {
+                step: self.step,
+                message: format!("microbatch size {size} does not divide the local step's {} rows", rows.len()),
+            });
+        }
+        Ok(rows.chunks(size).map(|c| Microbatch { rows: c.to_vec() }).collect())
+    }
+}
+
+/// A slice of a local step.
+#[derive(Debug)]
+pub struct Microbatch<'a> {
+    rows: Vec<&'a Record>,
+}
+
+impl<'a> Microbatch<'a> {
+    /// The rows.
+    pub fn rows(&self) -> &[&'a Record] {
+        &self.rows
+    }
+
+    /// The rows stacked into one columnar batch.
+    pub fn to_batch(&self) -> std::result::Result<Batch, crate::error::OpError> {
+        Batch::from_rows(self.rows.iter().copied())
+    }
+}

@@ -1,0 +1,181 @@
+//! How lanes, rows and ranks fit together.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::Lane;
+
+/// The shape of a run: L lanes, G rows per global step, and this process's place (rank r of W).
+///
+/// A `Topology` can only be built valid: `L ≥ 1`, `L` divides `G`, `W` divides `L`, `r < W`.
+/// Rank r owns the contiguous lanes `[r·L/W, (r+1)·L/W)`; each lane gives `R = G/L` rows to
+/// each step. L and G are properties of the run (they shape the data); W and r are properties
+/// of where it happens to execute and may change at every restart.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    lanes: u32,
+    global_rows: u32,
+    world_size: u32,
+    rank: u32,
+}
+
+impl Topology {
+    /// Checks and builds a topology.
+    pub fn new(lanes: u32, global_rows: u32, world_size: u32, rank: u32) -> Result<Self> {
+        let bad = |m: String| Err(Error::Topology(m));
+        if lanes == 0 {
+            return bad("the lane count must be at least 1".into());
+        }
+        if global_rows == 0 || !global_rows.is_multiple_of(lanes) {
+            return bad(format!(
+                "rows per global step ({global_rows}) must be a positive multiple of the lane count ({lanes})"
+            ));
+        }
+        if world_size == 0 || !lanes.is_multiple_of(world_size) {
+            return bad(format!("the world size ({world_size}) must divide the lane count ({lanes})"));
+        }
+        if rank >= world_size {
+            return bad(format!("rank {rank} is not below the world size {world_size}"));
+        }
+        Ok(Topology { lanes, global_rows, world_size, rank })
+    }
+
+    /// A one-process topology (rank 0 of 1).
+    pub fn single(lanes: u32, global_rows: u32) -> Result<Self> {
+        Topology::new(lanes, global_rows, 1, 0)
+    }
+
+    /// A topology whose rank and world size come from the launcher's environment
+    /// (see [`RankEnv::detect`]).
+    pub fn from_env(lanes: u32, global_rows: u32) -> Result<Self> {
+        let env = RankEnv::detect(|k| std::env::var(k).ok())?;
+        Topology::new(lanes, global_rows, env.world_size, env.rank)
+    }
+
+    /// The same run at another world size and rank.
+    pub fn with_rank(&self, world_size: u32, rank: u32) -> Result<Self> {
+        Topology::new(self.lanes, self.global_rows, world_size, rank)
+    }
+
+    /// L, the number of lanes.
+    pub fn lanes(&self) -> u32 {
+        self.lanes
+    }
+
+    /// G, rows per global step.
+    pub fn global_rows(&self) -> u32 {
+        self.global_rows
+    }
+
+    /// R = G/L, rows each lane gives each step.
+    pub fn rows_per_lane(&self) -> u32 {
+        self.global_rows / self.lanes
+    }
+
+    /// W, the number of ranks.
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// r, this process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Rows of this rank's local step: R times its lane count.
+    pub fn local_rows(&self) -> u32 {
+        self.global_rows / self.world_size
+    }
+
+    /// The lanes this rank owns, in order.
+    pub fn owned_lanes(&self) -> impl ExactSizeIterator<Item = Lane> + use<> {
+        self.owned_range().map(Lane)
+    }
+
+    /// The owned lanes as an index range.
+    pub fn owned_range(&self) -> Range<u32> {
+        let per = self.lanes / self.world_size;
+        self.rank * per..(self.rank + 1) * per
+    }
+
+    /// The rank that owns `lane`.
+    pub fn owner_of(&self, lane: Lane) -> u32 {
+        lane.0 / (self.lanes / self.world_size)
+    }
+}
+
+/// Rank and world size as a launcher states them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RankEnv {
+    /// This process's rank.
+    pub rank: u32,
+    /// The number of processes.
+    pub world_size: u32,
+}
+
+impl RankEnv {
+    /// Reads `RANK`/`WORLD_SIZE` (torchrun), else `SLURM_PROCID`/`SLURM_NTASKS` (Slurm), else
+    /// rank 0 of 1. A pair given by half, or a value that is not a number, is an error rather
+    /// than a silent single-process run.
+    pub fn detect(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        for (rank_key, world_key) in [("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")] {
+            match (var(rank_key), var(world_key)) {
+                (None, None) => continue,
+                (Some(r), Some(w)) => {
+                    let parse = |key: &str, v: &str| {
+                        v.trim().parse::<u32>().map_err(|_| {
+                            Error::Topology(format!("environment variable {key}={v:?} is not a non-negative integer"))
+                        })
+                    };
+                    return Ok(RankEnv { rank: parse(rank_key, &r)?, world_size: parse(world_key, &w)? });
+                }
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(Error::Topology(format!(
+                        "{rank_key} and {world_key} must be set together (only one is set)"
+                    )));
+                }
+            }
+        }
+        Ok(RankEnv { rank: 0, world_size: 1 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_invalid_combinations() {
+        assert!(Topology::new(0, 8, 1, 0).is_err());
+        assert!(Topology::new(8, 12, 1, 0).is_err(), "L must divide G");
+        assert!(Topology::new(8, 16, 3, 0).is_err(), "W must divide L");
+        assert!(Topology::new(8, 16, 4, 4).is_err(), "r < W");
+        assert!(Topology::new(8, 0, 1, 0).is_err());
+        let t = Topology::new(8, 32, 4, 3).unwrap();
+        assert_eq!(t.rows_per_lane(), 4);
+        assert_eq!(t.owned_range(), 6..8);
+        assert_eq!(t.local_rows(), 8);
+        assert_eq!(t.owner_of(Lane(5)), 2);
+    }
+
+    #[test]
+    fn reads_torchrun_then_slurm() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(RankEnv::detect(env(&[])).unwrap(), RankEnv { rank: 0, world_size: 1 });
+        assert_eq!(
+            RankEnv::detect(env(&[("RANK", "2"), ("WORLD_SIZE", "4"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]))
+                .unwrap(),
+            RankEnv { rank: 2, world_size: 4 }
+        );
+        assert_eq!(
+            RankEnv::detect(env(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2")])).unwrap(),
+            RankEnv { rank: 1, world_size: 2 }
+        );
+        assert!(RankEnv::detect(env(&[("RANK", "1")])).is_err());
+        assert!(RankEnv::detect(env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests of the lane core. One binary (every test binary is a link on 2 cores).
+
+mod checkpoint_errors;
+mod common;
+mod invariants;
+mod multiprocess;
+mod records;

@@ -1,0 +1,125 @@
+//! Bad records: a clear error naming dataset, shard and row, or a counted deterministic skip.
+
+use std::sync::Arc;
+
+use zephon_core::*;
+
+use crate::common::*;
+
+/// A corpus where some documents are empty (which the test tokenizer rejects as bad data).
+fn corpus_with_holes() -> Datasets {
+    let shards = vec![
+        (0..50).map(|i| if i % 17 == 5 { String::new() } else { format!("doc {i} text") }).collect(),
+        (0..50).map(|i| if i == 33 { String::new() } else { format!("second {i}") }).collect(),
+    ];
+    Datasets::new(vec![Arc::new(MemoryDataset::from_texts("holes", "text", shards))])
+}
+
+#[test]
+fn a_bad_record_stops_the_run_naming_dataset_shard_and_row() {
+    let spec = spec(corpus_with_holes(), pipeline(16, 0), 5, 1, Tail::Drop);
+    let mut e = Engine::start(spec, Topology::single(2, 2).unwrap(), opts(2, 3, 2)).unwrap();
+    let err = loop {
+        match e.next_step() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the run should fail"),
+            Err(err) => break err.to_string(),
+        }
+    };
+    assert!(err.contains("holes shard") && err.contains("row") && err.contains("empty document"), "{err}");
+    assert!(err.contains("byte-tokenize"), "{err}");
+}
+
+#[test]
+fn the_failing_step_does_not_depend_on_threads() {
+    let spec = spec(corpus_with_holes(), pipeline(16, 0), 5, 1, Tail::Drop);
+    let fail_step = |threads| {
+        let mut e = Engine::start(spec.clone(), Topology::single(2, 2).unwrap(), opts(threads, 1, 3)).unwrap();
+        let mut n = 0;
+        loop {
+            match e.next_step() {
+                Ok(Some(_)) => n += 1,
+                Ok(None) => panic!("the run should fail"),
+                Err(err) => return (n, err.to_string()),
+            }
+        }
+    };
+    assert_eq!(fail_step(1), fail_step(3));
+}
+
+#[test]
+fn skipped_records_are_counted_and_the_same_on_every_topology() {
+    let mut spec = spec(corpus_with_holes(), pipeline(16, 0), 5, 1, Tail::Partial);
+    spec.bad_records = BadRecords::Skip;
+    let total_skipped = |w: u32| {
+        let mut engines: Vec<Engine> = (0..w)
+            .map(|r| Engine::start(spec.clone(), Topology::new(4, 8, w, r).unwrap(), opts(2, 2, 2)).unwrap())
+            .collect();
+        // In a partial tail, ranks end when all their lanes have; compare non-empty lane rows.
+        let mut fps = std::collections::BTreeMap::new();
+        loop {
+            let steps: Vec<_> = engines.iter_mut().map(|e| e.next_step().unwrap()).collect();
+            if steps.iter().all(|s| s.is_none()) {
+                break;
+            }
+            for s in steps.iter().flatten() {
+                for l in s.lanes().iter().filter(|l| !l.rows().is_empty()) {
+                    fps.insert((s.step(), l.lane()), l.digest());
+                }
+            }
+        }
+        (engines.iter().map(|e| e.skipped()).sum::<u64>(), fps)
+    };
+    let (skipped, fps) = total_skipped(1);
+    assert_eq!(skipped, 4, "3 empty docs in shard 0, 1 in shard 1");
+    assert_eq!(total_skipped(2), (skipped, fps.clone()));
+    assert_eq!(total_skipped(4), (skipped, fps));
+}
+
+/// An operator that panics on one record: the engine reports it instead of hanging.
+struct Explode;
+impl Operator for Explode {
+    fn name(&self) -> &str {
+        "explode"
+    }
+    fn fingerprint(&self) -> String {
+        String::new()
+    }
+    fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        if record.lineage().first_sample().is_some_and(|s| s.row == 7) {
+            panic!("boom on row 7");
+        }
+        out.push(record);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panicking_operator_is_reported_not_hung() {
+    let datasets = corpus(40, 5, 1);
+    let mut s = spec(datasets, Pipeline::new().then(Explode), 4, 1, Tail::Drop);
+    s.tail = Tail::Drop;
+    let mut e = Engine::start(s, Topology::single(1, 1).unwrap(), opts(2, 2, 1)).unwrap();
+    let err = loop {
+        match e.next_step() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("should fail"),
+            Err(err) => break err.to_string(),
+        }
+    };
+    assert!(err.contains("boom on row 7"), "{err}");
+}
+
+#[test]
+fn batches_stack_rows_and_reject_ragged_ones() {
+    let spec = spec(corpus(100, 20, 4), pipeline(24, 0), 4, 10, Tail::Drop);
+    let mut e = Engine::start(spec, Topology::single(2, 6).unwrap(), opts(1, 4, 1)).unwrap();
+    let step = e.next_step().unwrap().unwrap();
+    let batch = step.to_batch().unwrap();
+    assert_eq!(batch.rows(), 6);
+    assert_eq!(batch.column("input_ids").unwrap().shape, vec![6, 24]);
+    let a = Record::from_sample(SampleId::new(0, 0, 0)).with(&"x".into(), Value::Array(Array::U32(vec![1, 2])));
+    let b = Record::from_sample(SampleId::new(0, 0, 1)).with(&"x".into(), Value::Array(Array::U32(vec![1])));
+    let err = Batch::from_rows([&a, &b]).unwrap_err().to_string();
+    assert!(err.contains("has 1 elements, row 0 has 2"), "{err}");
+}
