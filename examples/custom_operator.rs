@@ -89,6 +89,7 @@ fn main() -> Result<()> {
         seed: 42,
         bad_records: BadRecords::Fail,
         tail: Tail::Drop,
+        metadata: Default::default(),
     };
     let opts = ExecOptions { threads: 2, ..ExecOptions::default() };
     let global =

@@ -68,6 +68,8 @@ pub type RunFingerprint = BTreeMap<String, String>;
 #[derive(Debug, Serialize, Deserialize)]
 struct Body {
     fingerprint: RunFingerprint,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
     /// The first step not yet delivered when the checkpoint was taken.
     next_step: u64,
     world_size: u32,
@@ -84,6 +86,7 @@ pub fn file_name(first: Lane, last: Lane) -> String {
 pub fn write(
     dir: &Path,
     fingerprint: &RunFingerprint,
+    metadata: &BTreeMap<String, String>,
     next_step: u64,
     world_size: u32,
     rank: u32,
@@ -94,7 +97,8 @@ pub fn write(
     };
     let name = file_name(first.lane, last.lane);
     let path = dir.join(&name);
-    let body = Body { fingerprint: fingerprint.clone(), next_step, world_size, rank, lanes };
+    let body =
+        Body { fingerprint: fingerprint.clone(), metadata: metadata.clone(), next_step, world_size, rank, lanes };
     let json = serde_json::to_vec(&body)
         .map_err(|e| Error::CheckpointFile { path: path.clone(), message: format!("cannot encode: {e}") })?;
     let mut bytes =
@@ -182,6 +186,23 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Body> {
         return Err(bad("checksum mismatch: the file is corrupt".into()));
     }
     serde_json::from_slice(rest).map_err(|e| bad(format!("body does not decode: {e}")))
+}
+
+/// The run metadata saved with the checkpoint in `dir` (see `RunSpec::metadata`), read from
+/// its first valid file. Restores read this before building the run.
+pub fn metadata(dir: &Path) -> Result<BTreeMap<String, String>> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == EXTENSION))
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .collect();
+    files.sort();
+    let first = files.first().ok_or_else(|| Error::CheckpointMismatch {
+        dir: dir.to_path_buf(),
+        message: format!("no *.{EXTENSION} files"),
+    })?;
+    Ok(read_file(first)?.metadata)
 }
 
 /// What a restore needs from a checkpoint directory: the states of some lanes, all at one step.

@@ -34,6 +34,7 @@
 //!     seed: 7,
 //!     bad_records: BadRecords::Fail,
 //!     tail: Tail::Drop,
+//!     metadata: Default::default(),
 //! };
 //! let mut engine = Engine::start(spec, Topology::single(2, 2)?, ExecOptions::default())?;
 //! let step = engine.next_step()?.expect("one step of two rows");

@@ -68,6 +68,11 @@ pub struct RunSpec {
     pub bad_records: BadRecords,
     /// The end-of-input policy.
     pub tail: Tail,
+    /// Facts the run was built from that must not be measured again on restore (token
+    /// estimates, for one). Saved in every checkpoint file; read back with
+    /// [`checkpoint::metadata`] before building the restored run. Their effect on the data is
+    /// covered by the other parts' fingerprints.
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 impl RunSpec {
@@ -77,7 +82,10 @@ impl RunSpec {
         f.insert("format".into(), checkpoint::FORMAT_VERSION.to_string());
         f.insert("pipeline".into(), self.pipeline.fingerprint().to_hex());
         f.insert("work source".into(), Digest::of(self.source.fingerprint().as_bytes()).to_hex());
-        f.insert("datasets".into(), self.datasets.fingerprint().to_hex());
+        f.insert("datasets".into(), self.datasets.names().join(", "));
+        for m in self.datasets.manifests() {
+            f.insert(format!("dataset {}", m.name), m.fingerprint().to_hex());
+        }
         f.insert("lanes".into(), topology.lanes().to_string());
         f.insert("rows per step".into(), topology.global_rows().to_string());
         f.insert("seed".into(), self.seed.to_string());
@@ -138,6 +146,7 @@ pub struct Engine {
     /// Lane states after the last delivered step (or at start), when snapshotted.
     states: Option<Vec<Arc<LaneState>>>,
     fingerprint: RunFingerprint,
+    metadata: std::collections::BTreeMap<String, String>,
 }
 
 struct Shared {
@@ -645,7 +654,7 @@ impl Engine {
                     .map_err(|e| Error::Config(format!("cannot start worker thread: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Engine { shared, workers, next_step, states: Some(states), fingerprint })
+        Ok(Engine { shared, workers, next_step, states: Some(states), fingerprint, metadata: spec.metadata })
     }
 
     /// The topology this engine runs under.
@@ -768,6 +777,7 @@ impl Engine {
         checkpoint::write(
             dir,
             &self.fingerprint,
+            &self.metadata,
             self.next_step,
             t.world_size(),
             t.rank(),

@@ -54,7 +54,7 @@ fn a_changed_run_is_refused_with_the_changed_parts() {
     let e = restore_err(spec(corpus(200, 30, 9), pipeline(33, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
     assert!(e.contains("pipeline was"), "{e}");
     let e = restore_err(spec(corpus(201, 30, 9), pipeline(32, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
-    assert!(e.contains("datasets was") && e.contains("work source was"), "{e}");
+    assert!(e.contains("dataset corpus was") && e.contains("work source was"), "{e}");
     let mut s = run_spec();
     s.seed += 1;
     let e = restore_err(s, 2, 0, tmp.path());

@@ -1,0 +1,126 @@
+//! Shard readers for zephon: datasets as shards of rows, read by [`SampleId`].
+//!
+//! The one design decision: **address by row, fetch in bulk.** A work source names samples
+//! one by one (dataset, shard, row), in whatever order its shuffles chose; readers make that
+//! cheap. JSONL shards get a byte-offset index, built in one pass per file version and cached
+//! on disk, so any row is one positioned read. Parquet shards are decoded a row group at a
+//! time (only the requested columns) and kept in a bounded cache, because a random Parquet row
+//! costs a page decode anyway.
+//!
+//! Every shard has a manifest entry (rows, bytes, a content key), so a checkpoint taken on
+//! one version of the data refuses to restore on another.
+//!
+//! What this crate is not: it decides no order (that is `zephon-mix`), tokenizes nothing, and
+//! never panics on a malformed row. A bad row is an [`OpError::Data`] naming the file; the
+//! engine adds dataset, shard and row.
+//!
+//! ```no_run
+//! use zephon_io::{open, DatasetOptions};
+//! let ds = open("corpus-a", "data/a/".as_ref(), &DatasetOptions::default())?;
+//! println!("{} rows in {} shards", ds.manifest().rows(), ds.manifest().shards.len());
+//! # Ok::<(), zephon_io::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod error;
+mod fields;
+mod jsonl;
+mod parquet;
+mod shard;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use error::{Error, Result};
+pub use fields::Fields;
+pub use jsonl::JsonlDataset;
+pub use parquet::ParquetDataset;
+pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, SampleId};
+
+/// How to open a dataset.
+#[derive(Clone, Debug, Default)]
+pub struct DatasetOptions {
+    /// Which fields to read and how to check them.
+    pub fields: Fields,
+    /// Where JSONL indexes and decompressed copies are cached (default: `ZEPHON_CACHE`, else
+    /// `~/.cache/zephon`).
+    pub cache_dir: Option<PathBuf>,
+    /// Bytes of decoded Parquet row groups kept per dataset (default 256 MiB).
+    pub parquet_cache_bytes: Option<usize>,
+}
+
+/// A shard file format.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// JSON Lines, plain or `.gz`/`.zst` compressed.
+    Jsonl,
+    /// Apache Parquet.
+    Parquet,
+}
+
+impl Format {
+    /// The format a file name says, if any.
+    pub fn of(path: &Path) -> Option<Format> {
+        if parquet::is_parquet(path) {
+            Some(Format::Parquet)
+        } else if jsonl::Compression::of(path).is_some() {
+            Some(Format::Jsonl)
+        } else {
+            None
+        }
+    }
+}
+
+/// The shard files of `path`: the file itself, or a folder's files of known formats sorted by
+/// name (hidden files ignored). All must share one format.
+pub fn shard_paths(name: &str, path: &Path) -> Result<(Format, Vec<PathBuf>)> {
+    let open_err = |m: String| Error::Open { dataset: name.to_string(), path: path.to_path_buf(), message: m };
+    let meta = std::fs::metadata(path).map_err(|e| open_err(e.to_string()))?;
+    let files: Vec<PathBuf> = if meta.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| open_err(e.to_string()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && Format::of(p).is_some())
+            .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+            .collect();
+        v.sort();
+        if v.is_empty() {
+            return Err(Error::NoShards { dataset: name.to_string(), path: path.to_path_buf() });
+        }
+        v
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let first = Format::of(&files[0])
+        .ok_or_else(|| Error::UnknownFormat { dataset: name.to_string(), path: files[0].clone() })?;
+    if let Some(other) = files.iter().find(|p| Format::of(p) != Some(first)) {
+        return Err(Error::MixedFormats { dataset: name.to_string(), first: files[0].clone(), second: other.clone() });
+    }
+    Ok((first, files))
+}
+
+/// Opens the dataset at `path` (a shard file or a folder of shards), detecting the format.
+pub fn open(name: &str, path: &Path, options: &DatasetOptions) -> Result<Arc<dyn Dataset>> {
+    let (format, files) = shard_paths(name, path)?;
+    open_shards(name, format, &files, options)
+}
+
+/// Opens an explicit list of shard files of one format, in the given order. A missing file
+/// is an error naming it.
+pub fn open_shards(
+    name: &str,
+    format: Format,
+    files: &[PathBuf],
+    options: &DatasetOptions,
+) -> Result<Arc<dyn Dataset>> {
+    let wrap = |(path, message): (PathBuf, String)| Error::Open { dataset: name.to_string(), path, message };
+    Ok(match format {
+        Format::Jsonl => Arc::new(
+            JsonlDataset::open(name, files, options.fields.clone(), options.cache_dir.as_deref()).map_err(wrap)?,
+        ),
+        Format::Parquet => Arc::new(
+            ParquetDataset::open(name, files, options.fields.clone(), options.parquet_cache_bytes).map_err(wrap)?,
+        ),
+    })
+}

@@ -1,0 +1,170 @@
+//! The lane-core invariants with real shards: corpus A (short docs) and B (long docs), JSONL
+//! and Parquet, mixed by `zephon-mix`, through a pipeline with history-dependent state.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use proptest::prelude::*;
+use zephon_core::*;
+use zephon_mix::{Exhaustion, MixtureSource, Order, RowOrder, SourceConfig};
+use zephon_testkit::{opts, pipeline, rank_process, run_ranks, spawn_ranks};
+
+use crate::data::*;
+
+/// Opened once per test binary: both corpora in both formats.
+fn corpora(format: &str) -> Datasets {
+    static JSONL: OnceLock<Datasets> = OnceLock::new();
+    static PARQUET: OnceLock<Datasets> = OnceLock::new();
+    let cell = if format == "jsonl" { &JSONL } else { &PARQUET };
+    cell.get_or_init(|| Datasets::new(vec![open_corpus("a", format), open_corpus("b", format)])).clone()
+}
+
+fn mixed_spec(format: &str, exhaustion: Exhaustion, tail: Tail, shuffle: usize) -> RunSpec {
+    let datasets = corpora(format);
+    let config = SourceConfig {
+        seed: 17,
+        chunk_size: 12,
+        order: Order { shuffle_shards: true, rows: RowOrder::Blocks { size: 100 } },
+        exhaustion,
+        passes: 1,
+    };
+    let source = MixtureSource::new(&datasets.manifests(), &[0.8, 0.2], config).unwrap();
+    RunSpec {
+        pipeline: pipeline(512, shuffle),
+        source: Arc::new(source),
+        datasets,
+        seed: 3,
+        bad_records: BadRecords::Fail,
+        tail,
+        metadata: Default::default(),
+    }
+}
+
+fn divisors(n: u32) -> Vec<u32> {
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn real_shards_give_the_same_steps_at_any_world_size_and_across_resumes(
+        format in prop::sample::select(vec!["jsonl", "parquet"]),
+        lanes in prop::sample::select(vec![2u32, 4, 8]),
+        r in 1u32..3,
+        w_pick in 0usize..4,
+        w2_pick in 0usize..4,
+        threads in 1usize..3,
+        cut in 1u64..4,
+    ) {
+        let g = lanes * r;
+        let spec = mixed_spec(format, Exhaustion::Repeat, Tail::Drop, 6);
+        let ws = divisors(lanes);
+        let (w, w2) = (ws[w_pick % ws.len()], ws[w2_pick % ws.len()]);
+        let reference = run_ranks(&spec, lanes, g, 1, opts(1, 4, 1), 5, None, None);
+        prop_assert_eq!(run_ranks(&spec, lanes, g, w, opts(threads, 5, 2), 5, None, None), reference.clone());
+        let tmp = tempfile::tempdir().unwrap();
+        let mut got = run_ranks(&spec, lanes, g, w, opts(threads, 3, 2), cut, None, Some(tmp.path()));
+        got.extend(run_ranks(&spec, lanes, g, w2, opts(2, 2, 1), 5 - cut, Some(tmp.path()), None));
+        prop_assert_eq!(got, reference);
+    }
+}
+
+/// Over one pass of a JSONL + a Parquet shard mixed (until both are exhausted), every token of
+/// every row arrives exactly once, with a resume at another world size in the middle.
+#[test]
+fn every_real_row_is_delivered_exactly_once() {
+    let a = zephon_io::open_shards(
+        "a0",
+        zephon_io::Format::Jsonl,
+        &[corpus_dir("a-exact", "jsonl").join("part-00000.jsonl")],
+        &zephon_io::DatasetOptions::default(),
+    )
+    .unwrap();
+    let b = zephon_io::open_shards(
+        "a1",
+        zephon_io::Format::Parquet,
+        &[corpus_dir("a-exact", "parquet").join("part-00001.parquet")],
+        &zephon_io::DatasetOptions::default(),
+    )
+    .unwrap();
+    let datasets = Datasets::new(vec![a, b]);
+    let config = SourceConfig { seed: 5, chunk_size: 32, exhaustion: Exhaustion::Redistribute, ..Default::default() };
+    let source = MixtureSource::new(&datasets.manifests(), &[0.3, 0.7], config).unwrap();
+    let spec = RunSpec {
+        pipeline: pipeline(256, 5),
+        source: Arc::new(source),
+        datasets: datasets.clone(),
+        seed: 1,
+        bad_records: BadRecords::Fail,
+        tail: Tail::Partial,
+        metadata: Default::default(),
+    };
+    for (lanes, w1, w2) in [(1u32, 1u32, 1u32), (8, 2, 4), (64, 8, 1)] {
+        let t = |w, r| Topology::new(lanes, lanes * 2, w, r).unwrap();
+        let mut coverage: BTreeMap<SampleId, Vec<(u32, u32)>> = BTreeMap::new();
+        let mut take = |steps: Vec<Option<LocalStep>>| {
+            let any = steps.iter().any(|s| s.is_some());
+            for s in steps.iter().flatten() {
+                for row in s.rows() {
+                    for f in row.lineage().fragments() {
+                        coverage.entry(f.sample).or_default().push((f.start, f.end));
+                    }
+                }
+            }
+            any
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let mut first: Vec<Engine> =
+            (0..w1).map(|r| Engine::start(spec.clone(), t(w1, r), opts(2, 8, 2)).unwrap()).collect();
+        for _ in 0..20 {
+            take(first.iter_mut().map(|e| e.next_step().unwrap()).collect());
+        }
+        first.iter().for_each(|e| {
+            e.checkpoint(tmp.path()).unwrap();
+        });
+        drop(first);
+        let mut second: Vec<Engine> =
+            (0..w2).map(|r| Engine::restore(spec.clone(), t(w2, r), opts(2, 8, 2), tmp.path()).unwrap()).collect();
+        while take(second.iter_mut().map(|e| e.next_step().unwrap()).collect()) {}
+        for d in 0..2 {
+            for id in all_ids(&datasets, d) {
+                let text_len = datasets.read(&[id]).remove(0).unwrap().str("text").unwrap().len() as u32;
+                let mut spans = coverage.remove(&id).unwrap_or_else(|| panic!("L={lanes}: {id} never delivered"));
+                spans.sort();
+                let mut at = 0;
+                for (s, e) in spans {
+                    assert_eq!(s, at, "L={lanes}: {id} has a gap or an overlap");
+                    at = e;
+                }
+                assert_eq!(at, text_len + 1, "L={lanes}: {id} incomplete");
+            }
+        }
+        assert!(coverage.is_empty(), "rows from nowhere");
+    }
+}
+
+const LANES: u32 = 8;
+const ENTRY: &str = "invariants::rank_process_entry";
+
+fn process_spec() -> RunSpec {
+    mixed_spec("parquet", Exhaustion::Repeat, Tail::Drop, 4)
+}
+
+/// Entry point of a rank process. Does nothing unless started by `spawn_ranks`.
+#[test]
+fn rank_process_entry() {
+    rank_process(process_spec, LANES, 16, opts(2, 4, 2));
+}
+
+#[test]
+fn rank_processes_on_real_shards_combine_and_resume_at_other_world_sizes() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let reference = run_ranks(&process_spec(), LANES, 16, 1, opts(2, 4, 2), 6, None, None);
+    assert_eq!(spawn_ranks(ENTRY, LANES, 4, 0, 6, None, None, w), reference);
+    let ck = w.join("ckpt");
+    let mut got = spawn_ranks(ENTRY, LANES, 2, 0, 3, None, Some(&ck), w);
+    got.extend(spawn_ranks(ENTRY, LANES, 8, 3, 6, Some(&ck), None, w));
+    assert_eq!(got, reference);
+}

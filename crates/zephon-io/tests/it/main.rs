@@ -1,0 +1,6 @@
+//! zephon-io integration tests, on the real corpora fetched by `scripts/fetch-testdata.sh`.
+
+mod bad_input;
+mod data;
+mod formats;
+mod invariants;

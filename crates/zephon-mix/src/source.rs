@@ -1,0 +1,268 @@
+//! The mixture work source: datasets interleaved by weight, cut into chunks, dealt to lanes.
+
+use serde::{Deserialize, Serialize};
+use zephon_core::{Chunk, DatasetManifest, Lane, Permutation, RngKey, WorkSource};
+
+use crate::error::{Error, Result};
+use crate::interleave::Interleave;
+use crate::order::{DatasetOrder, Order};
+
+/// What happens when a dataset has been read `passes` times.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exhaustion {
+    /// The stream ends when the first dataset is exhausted (shares hold to the end).
+    Stop,
+    /// An exhausted dataset leaves the mixture; the others share its weight in proportion,
+    /// until all are exhausted (every row is used `passes` times).
+    Redistribute,
+    /// Datasets never run out: each pass is reshuffled, for ever.
+    Repeat,
+}
+
+/// The work source's settings (everything but the datasets and weights).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceConfig {
+    /// Seed of every shuffle and of the chunk deal.
+    pub seed: u64,
+    /// Samples per chunk.
+    pub chunk_size: u32,
+    /// Row order within each pass.
+    pub order: Order,
+    /// The exhaustion policy.
+    pub exhaustion: Exhaustion,
+    /// Passes over each dataset before it is exhausted (ignored by `Repeat`).
+    pub passes: u64,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        SourceConfig { seed: 0, chunk_size: 256, order: Order::default(), exhaustion: Exhaustion::Repeat, passes: 1 }
+    }
+}
+
+/// A stretch of the stream with one set of active datasets.
+#[derive(Clone, Debug)]
+struct Phase {
+    /// First global position.
+    start: u64,
+    /// One past the last position (`u64::MAX` for an endless phase).
+    end: u64,
+    /// Draws of each dataset before `start`.
+    base: Vec<u64>,
+    interleave: Interleave,
+}
+
+/// The mixture work source: a pure function of (datasets, weights, config).
+///
+/// Global position p of the stream is a draw of one dataset, chosen by the smooth weighted
+/// interleave; draw k of dataset d is row `k mod rows_d` of pass `k / rows_d` in that pass's
+/// order. Chunk g is positions `[g·C, (g+1)·C)`. Lane l's n-th chunk is chunk
+/// `n·L + π_n(l)`, where π_n is a seeded permutation of the lanes: each block of L chunks goes
+/// one to each lane, and any lane finds its n-th chunk in O(1), whatever L.
+pub struct MixtureSource {
+    config: SourceConfig,
+    names: Vec<String>,
+    weights: Vec<f64>,
+    m: Vec<u64>,
+    orders: Vec<DatasetOrder>,
+    phases: Vec<Phase>,
+    /// One past the last position, if the stream ends.
+    total: Option<u64>,
+}
+
+/// Weights are turned into integers with this resolution (exact arithmetic from there on).
+const WEIGHT_SCALE: f64 = (1u64 << 24) as f64;
+
+impl MixtureSource {
+    /// A source over `manifests` mixed by `weights` (any positive scale; 0 leaves a dataset
+    /// out).
+    pub fn new(manifests: &[DatasetManifest], weights: &[f64], config: SourceConfig) -> Result<Self> {
+        if manifests.is_empty() {
+            return Err(Error::Config("a mixture needs at least one dataset".into()));
+        }
+        if manifests.len() != weights.len() {
+            return Err(Error::Config(format!("{} datasets but {} weights", manifests.len(), weights.len())));
+        }
+        if config.chunk_size == 0 {
+            return Err(Error::Config("chunk_size must be at least 1".into()));
+        }
+        if config.passes == 0 && config.exhaustion != Exhaustion::Repeat {
+            return Err(Error::Config("passes must be at least 1".into()));
+        }
+        for (m, &w) in manifests.iter().zip(weights) {
+            if !w.is_finite() || w < 0.0 {
+                return Err(Error::Config(format!("dataset {}: weight {w} is not a non-negative number", m.name)));
+            }
+            if w > 0.0 && m.rows() == 0 {
+                return Err(Error::Config(format!("dataset {} has weight {w} but no rows", m.name)));
+            }
+        }
+        let sum: f64 = weights.iter().sum();
+        if sum <= 0.0 {
+            return Err(Error::Config("every weight is 0".into()));
+        }
+        let m: Vec<u64> = weights
+            .iter()
+            .map(|&w| if w > 0.0 { ((w / sum * WEIGHT_SCALE).round() as u64).max(1) } else { 0 })
+            .collect();
+        let orders: Vec<DatasetOrder> = manifests
+            .iter()
+            .enumerate()
+            .map(|(d, man)| DatasetOrder::new(d as u32, man, config.order, config.seed))
+            .collect();
+        let budgets: Vec<Option<u64>> = orders
+            .iter()
+            .map(|o| match config.exhaustion {
+                Exhaustion::Repeat => None,
+                _ => Some(o.rows() * config.passes),
+            })
+            .collect();
+        let (phases, total) = plan_phases(&m, &budgets, config.exhaustion);
+        Ok(MixtureSource {
+            config,
+            names: manifests.iter().map(|m| m.name.clone()).collect(),
+            weights: weights.to_vec(),
+            m,
+            orders,
+            phases,
+            total,
+        })
+    }
+
+    /// Number of positions in the stream, if it ends.
+    pub fn len(&self) -> Option<u64> {
+        self.total
+    }
+
+    /// Whether the stream is empty.
+    pub fn is_empty(&self) -> bool {
+        self.total == Some(0)
+    }
+
+    /// Number of chunks, if the stream ends.
+    pub fn chunks(&self) -> Option<u64> {
+        self.total.map(|t| t.div_ceil(self.config.chunk_size as u64))
+    }
+
+    /// The global chunk `g`: its samples in stream order, or `None` past the end.
+    pub fn global_chunk(&self, g: u64) -> Option<Chunk> {
+        let c = self.config.chunk_size as u64;
+        let start = g.checked_mul(c)?;
+        let end = match self.total {
+            Some(t) if start >= t => return None,
+            Some(t) => (start + c).min(t),
+            None => start + c,
+        };
+        let mut samples = Vec::with_capacity((end - start) as usize);
+        let mut owners = Vec::with_capacity(c as usize);
+        let mut p = start;
+        while p < end {
+            let phase = &self.phases[self.phases.partition_point(|ph| ph.start <= p) - 1];
+            let upto = end.min(phase.end);
+            let local = phase.interleave.counts_before(p - phase.start);
+            let mut counts: Vec<u64> = local.iter().zip(&phase.base).map(|(a, b)| a + b).collect();
+            owners.clear();
+            // The interleave advances local counts; draws are base + local.
+            let mut local_counts = local;
+            phase.interleave.next_owners(&mut local_counts, upto - p, &mut owners);
+            for &d in &owners {
+                let k = counts[d];
+                counts[d] += 1;
+                let rows = self.orders[d].rows();
+                samples.push(self.orders[d].sample(k / rows, k % rows));
+            }
+            p = upto;
+        }
+        Some(Chunk { index: g, samples })
+    }
+
+    /// The global chunk index of lane `lane`'s `n`-th chunk with `lanes` lanes.
+    pub fn deal(&self, lane: Lane, lanes: u32, n: u64) -> u64 {
+        let perm = Permutation::new(lanes as u64, RngKey::new(self.config.seed, "chunk-deal").with(n));
+        n * lanes as u64 + perm.apply(lane.0 as u64)
+    }
+
+    /// Draws of each dataset among the first `p` positions (closed form).
+    pub fn draws_before(&self, p: u64) -> Vec<u64> {
+        let phase = &self.phases[self.phases.partition_point(|ph| ph.start <= p) - 1];
+        let p = p.min(phase.end);
+        phase.interleave.counts_before(p - phase.start).iter().zip(&phase.base).map(|(a, b)| a + b).collect()
+    }
+
+    /// The dataset names, in order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The weights as given.
+    pub fn weights(&self) -> &[f64] {
+        &self.weights
+    }
+}
+
+/// Cuts the stream into phases: each ends when a dataset of it runs out of budget.
+fn plan_phases(m: &[u64], budgets: &[Option<u64>], policy: Exhaustion) -> (Vec<Phase>, Option<u64>) {
+    let mut phases = Vec::new();
+    let mut active = m.to_vec();
+    let mut base = vec![0u64; m.len()];
+    let mut start = 0u64;
+    loop {
+        if active.iter().all(|&w| w == 0) {
+            return (phases, Some(start));
+        }
+        let il = Interleave::new(active.clone());
+        // Where each active dataset with a budget spends its last draw.
+        let end = il.active().filter_map(|d| budgets[d].map(|b| start + il.end_of_tick(d, b - base[d] - 1))).min();
+        let Some(end) = end else {
+            phases.push(Phase { start, end: u64::MAX, base, interleave: il });
+            return (phases, None);
+        };
+        let local = il.counts_before(end - start);
+        let next_base: Vec<u64> = base.iter().zip(&local).map(|(b, l)| b + l).collect();
+        phases.push(Phase { start, end, base, interleave: il });
+        if policy == Exhaustion::Stop {
+            return (phases, Some(end));
+        }
+        for d in 0..m.len() {
+            if budgets[d].is_some_and(|b| next_base[d] >= b) {
+                active[d] = 0;
+            }
+        }
+        base = next_base;
+        start = end;
+    }
+}
+
+impl WorkSource for MixtureSource {
+    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> std::result::Result<Option<Chunk>, String> {
+        Ok(self.global_chunk(self.deal(lane, lanes, n)))
+    }
+
+    fn fingerprint(&self) -> String {
+        let datasets: Vec<String> = self.names.iter().zip(&self.m).map(|(n, m)| format!("{n}:{m}")).collect();
+        format!(
+            "mixture(datasets=[{}], config={})",
+            datasets.join(","),
+            serde_json::to_string(&self.config).unwrap_or_default()
+        )
+    }
+
+    fn describe(&self) -> String {
+        let sum: u64 = self.m.iter().sum();
+        let parts: Vec<String> = self
+            .names
+            .iter()
+            .zip(&self.m)
+            .map(|(n, &m)| format!("{n} {:.1}%", 100.0 * m as f64 / sum as f64))
+            .collect();
+        format!(
+            "mixture of {} ({:?}, {} pass(es), chunks of {}, {:?})",
+            parts.join(", "),
+            self.config.exhaustion,
+            self.config.passes,
+            self.config.chunk_size,
+            self.config.order
+        )
+    }
+}

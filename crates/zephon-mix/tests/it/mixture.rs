@@ -1,0 +1,117 @@
+//! Mixture shares hold within 1 % over any window of 10 chunks; quotas are closed-form.
+
+use proptest::prelude::*;
+use zephon_core::{DatasetManifest, ShardManifest};
+use zephon_mix::*;
+
+fn synthetic(rows: &[u64]) -> Vec<DatasetManifest> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, &r)| DatasetManifest {
+            name: format!("d{i}"),
+            shards: vec![ShardManifest { path: format!("d{i}"), rows: r, bytes: r, version: "1".into() }],
+        })
+        .collect()
+}
+
+fn window_shares_hold(source: &MixtureSource, weights: &[f64], chunks: u64, chunk_size: u64) {
+    let sum: f64 = weights.iter().sum();
+    let per_chunk: Vec<Vec<u64>> = (0..chunks)
+        .map(|g| {
+            let mut c = vec![0u64; weights.len()];
+            for s in source.global_chunk(g).unwrap().samples {
+                c[s.dataset as usize] += 1;
+            }
+            c
+        })
+        .collect();
+    for start in 0..chunks - 10 {
+        let mut c = vec![0u64; weights.len()];
+        for chunk in &per_chunk[start as usize..start as usize + 10] {
+            for (a, b) in c.iter_mut().zip(chunk) {
+                *a += b;
+            }
+        }
+        for (d, &w) in weights.iter().enumerate() {
+            let share = c[d] as f64 / (10 * chunk_size) as f64;
+            assert!(
+                (share - w / sum).abs() <= 0.01,
+                "window at chunk {start}: dataset {d} share {share}, weight {}",
+                w / sum
+            );
+        }
+    }
+}
+
+#[test]
+fn real_corpora_shares_hold_in_every_window_of_10_chunks() {
+    let m = crate::manifests("parquet");
+    for weights in [[0.5, 0.5], [0.9, 0.1], [0.23, 0.77]] {
+        let config = SourceConfig { seed: 2, chunk_size: 256, exhaustion: Exhaustion::Repeat, ..Default::default() };
+        let source = MixtureSource::new(&m, &weights, config).unwrap();
+        window_shares_hold(&source, &weights, 200, 256);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn shares_hold_for_random_weights_and_chunk_sizes(
+        weights in prop::collection::vec(0.01f64..10.0, 1..6),
+        chunk_size in 100u64..600,
+        seed in any::<u64>(),
+    ) {
+        let m = synthetic(&vec![10_000; weights.len()]);
+        let config = SourceConfig { seed, chunk_size: chunk_size as u32, exhaustion: Exhaustion::Repeat, ..Default::default() };
+        let source = MixtureSource::new(&m, &weights, config).unwrap();
+        window_shares_hold(&source, &weights, 40, chunk_size);
+        // Closed-form counts agree with the chunks.
+        let mut walked = vec![0u64; weights.len()];
+        for g in 0..15 {
+            prop_assert_eq!(source.draws_before(g * chunk_size), walked.clone());
+            for s in source.global_chunk(g).unwrap().samples {
+                walked[s.dataset as usize] += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn redistribute_uses_every_row_passes_times(
+        rows in prop::collection::vec(1u64..400, 1..5),
+        weights_seed in any::<u64>(),
+        passes in 1u64..3,
+        chunk_size in 1u32..70,
+    ) {
+        let weights: Vec<f64> = (0..rows.len()).map(|i| 1.0 + ((weights_seed >> (i * 8)) & 0xff) as f64).collect();
+        let m = synthetic(&rows);
+        let config = SourceConfig { seed: weights_seed, chunk_size, exhaustion: Exhaustion::Redistribute, passes, ..Default::default() };
+        let source = MixtureSource::new(&m, &weights, config).unwrap();
+        let total: u64 = rows.iter().sum::<u64>() * passes;
+        prop_assert_eq!(source.len(), Some(total));
+        let mut counts = std::collections::HashMap::new();
+        let mut g = 0;
+        while let Some(c) = source.global_chunk(g) {
+            for s in c.samples {
+                *counts.entry(s).or_insert(0u64) += 1;
+            }
+            g += 1;
+        }
+        prop_assert_eq!(counts.len() as u64, rows.iter().sum::<u64>());
+        prop_assert!(counts.values().all(|&c| c == passes));
+    }
+}
+
+#[test]
+fn bad_settings_are_errors() {
+    let m = synthetic(&[10, 10]);
+    let c = SourceConfig::default();
+    assert!(MixtureSource::new(&m, &[1.0], c).is_err());
+    assert!(MixtureSource::new(&m, &[0.0, 0.0], c).is_err());
+    assert!(MixtureSource::new(&m, &[-1.0, 1.0], c).is_err());
+    assert!(MixtureSource::new(&m, &[f64::NAN, 1.0], c).is_err());
+    assert!(MixtureSource::new(&synthetic(&[0, 10]), &[1.0, 1.0], c).is_err());
+    assert!(MixtureSource::new(&m, &[1.0, 1.0], SourceConfig { chunk_size: 0, ..c }).is_err());
+    let e = MixtureSource::new(&m, &[1.0], c).err().unwrap().to_string();
+    assert!(e.contains("2 datasets but 1 weights"), "{e}");
+}
