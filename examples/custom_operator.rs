@@ -83,7 +83,7 @@ fn main() -> Result<()> {
         (0..500).map(|i| format!("Doc {i} opens. It has {} words. It ends here. ", i % 7 + 1)).collect();
     let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("docs", "text", vec![docs]))]);
     let spec = RunSpec {
-        pipeline: Pipeline::new().then(Sentences { min_bytes: 120 }),
+        operators: Operators::new().then(Sentences { min_bytes: 120 }),
         source: Arc::new(SequentialSource::new(&datasets.manifests(), 8, 1, 42)),
         datasets,
         seed: 42,

@@ -31,7 +31,7 @@ fn datasets() -> Datasets {
 
 fn spec(datasets: &Datasets) -> RunSpec {
     RunSpec {
-        pipeline: Pipeline::new().then(Identity),
+        operators: Operators::new().then(Identity),
         source: Arc::new(SequentialSource::new(&datasets.manifests(), 64, 1, 1)),
         datasets: datasets.clone(),
         seed: 1,

@@ -28,7 +28,7 @@
 //! let datasets = Datasets::new(vec![Arc::new(data)]);
 //! let source = SequentialSource::new(&datasets.manifests(), 1, 1, 7);
 //! let spec = RunSpec {
-//!     pipeline: Pipeline::new(),
+//!     operators: Operators::new(),
 //!     source: Arc::new(source),
 //!     datasets,
 //!     seed: 7,
@@ -52,7 +52,7 @@ mod engine;
 mod error;
 mod id;
 mod operator;
-mod pipeline;
+mod operators;
 mod record;
 pub mod rng;
 mod source;
@@ -66,7 +66,7 @@ pub use engine::{BadRecords, Engine, ExecOptions, RunSpec, Tail};
 pub use error::{Error, OpError, Result};
 pub use id::{Lane, SampleId, Step};
 pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput};
-pub use pipeline::Pipeline;
+pub use operators::Operators;
 pub use record::{Array, Field, Fragment, Lineage, Record, Value};
 pub use rng::{Permutation, Rng, RngKey};
 pub use source::{

@@ -236,15 +236,15 @@ pub fn corpus(docs: usize, max_words: u64, seed: u64) -> Datasets {
 }
 
 /// The standard test pipeline: tokenize, pack to `row_len`, shuffle rows in a buffer.
-pub fn pipeline(row_len: usize, shuffle: usize) -> Pipeline {
-    let p = Pipeline::new().then(ByteTokenize).then(WrapPack { len: row_len });
+pub fn operators(row_len: usize, shuffle: usize) -> Operators {
+    let p = Operators::new().then(ByteTokenize).then(WrapPack { len: row_len });
     if shuffle > 0 { p.then(ShuffleBuffer { size: shuffle }) } else { p }
 }
 
-pub fn spec(datasets: Datasets, pipeline: Pipeline, chunk: u64, epochs: u64, tail: Tail) -> RunSpec {
+pub fn spec(datasets: Datasets, operators: Operators, chunk: u64, epochs: u64, tail: Tail) -> RunSpec {
     let source = SequentialSource::new(&datasets.manifests(), chunk, epochs, 11);
     RunSpec {
-        pipeline,
+        operators,
         source: Arc::new(source),
         datasets,
         seed: 5,

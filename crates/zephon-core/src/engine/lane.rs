@@ -10,7 +10,7 @@ use crate::checkpoint::{Cursor, LaneState};
 use crate::error::{Error, OpError, record_error};
 use crate::id::{Lane, Step};
 use crate::operator::Accumulator;
-use crate::pipeline::{Plan, apply_chain};
+use crate::operators::{Plan, apply_chain};
 use crate::record::Record;
 use crate::step::{LaneStep, lane_digest};
 

@@ -22,7 +22,7 @@ use crate::digest::Digest;
 use crate::error::{Error, OpError, Result, record_error};
 use crate::id::{Lane, Step};
 use crate::operator::LaneContext;
-use crate::pipeline::{Pipeline, Plan, apply_chain};
+use crate::operators::{Operators, Plan, apply_chain};
 use crate::source::{Chunk, Datasets, WorkSource};
 use crate::step::{LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;
@@ -57,7 +57,7 @@ pub enum Tail {
 #[derive(Clone)]
 pub struct RunSpec {
     /// The operators.
-    pub pipeline: Pipeline,
+    pub operators: Operators,
     /// Which samples each lane processes.
     pub source: Arc<dyn WorkSource>,
     /// Where samples are read from.
@@ -80,7 +80,7 @@ impl RunSpec {
     pub fn fingerprint(&self, topology: &Topology) -> RunFingerprint {
         let mut f = RunFingerprint::new();
         f.insert("format".into(), checkpoint::FORMAT_VERSION.to_string());
-        f.insert("pipeline".into(), self.pipeline.fingerprint().to_hex());
+        f.insert("pipeline".into(), self.operators.fingerprint().to_hex());
         f.insert("work source".into(), Digest::of(self.source.fingerprint().as_bytes()).to_hex());
         f.insert("datasets".into(), self.datasets.names().join(", "));
         for m in self.datasets.manifests() {
@@ -519,7 +519,7 @@ impl Engine {
     /// Starts a run from its beginning.
     pub fn start(spec: RunSpec, topology: Topology, opts: ExecOptions) -> Result<Engine> {
         opts.check()?;
-        let plan = Arc::new(Plan::new(spec.pipeline.clone()));
+        let plan = Arc::new(Plan::new(spec.operators.clone()));
         let setups = lane_setups(&spec, &plan, &topology, &opts)?;
         let runs: Vec<LaneRun> = setups.into_iter().map(|s| LaneRun::new(s, 0)).collect();
         Engine::launch(spec, plan, topology, opts, runs, 0)
@@ -531,7 +531,7 @@ impl Engine {
     /// the accumulators held, and continues exactly as the uninterrupted run would.
     pub fn restore(spec: RunSpec, topology: Topology, opts: ExecOptions, dir: &Path) -> Result<Engine> {
         opts.check()?;
-        let plan = Arc::new(Plan::new(spec.pipeline.clone()));
+        let plan = Arc::new(Plan::new(spec.operators.clone()));
         let fingerprint = spec.fingerprint(&topology);
         let owned: Vec<Lane> = topology.owned_lanes().collect();
         let loaded = checkpoint::load(dir, &fingerprint, &owned)?;
@@ -540,7 +540,7 @@ impl Engine {
         for st in &loaded.lanes {
             if st.accumulators.len() != plan.stages.len() {
                 return Err(mismatch(format!(
-                    "{} has {} accumulator states, the pipeline has {} accumulators",
+                    "{} has {} accumulator states, the operators have {} accumulators",
                     st.lane,
                     st.accumulators.len(),
                     plan.stages.len()
@@ -674,7 +674,7 @@ impl Engine {
 
     /// The plan: which operators run in parallel and which per lane.
     pub fn explain(&self) -> String {
-        self.shared.plan.pipeline.explain()
+        self.shared.plan.operators.explain()
     }
 
     /// Records skipped so far on this rank's lanes (as of the last delivered step).

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::error::OpError;
 use crate::id::SampleId;
 use crate::operator::{Accumulator, RebuildInput};
-use crate::pipeline::{Plan, apply_chain, take_covering};
+use crate::operators::{Plan, apply_chain, take_covering};
 use crate::record::{Lineage, Record};
 use crate::source::Datasets;
 

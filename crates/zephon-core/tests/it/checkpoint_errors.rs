@@ -8,7 +8,7 @@ use zephon_core::*;
 use crate::common::*;
 
 fn run_spec() -> RunSpec {
-    spec(corpus(200, 30, 9), pipeline(32, 4), 4, 100, Tail::Drop)
+    spec(corpus(200, 30, 9), operators(32, 4), 4, 100, Tail::Drop)
 }
 
 /// Runs 3 steps at W = 2 and checkpoints both ranks into `dir`.
@@ -51,9 +51,9 @@ fn a_changed_run_is_refused_with_the_changed_parts() {
     let tmp = tempfile::tempdir().unwrap();
     checkpoint_two_ranks(&run_spec(), tmp.path());
     // Another pipeline (row length), another dataset, another seed.
-    let e = restore_err(spec(corpus(200, 30, 9), pipeline(33, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
+    let e = restore_err(spec(corpus(200, 30, 9), operators(33, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
     assert!(e.contains("pipeline was"), "{e}");
-    let e = restore_err(spec(corpus(201, 30, 9), pipeline(32, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
+    let e = restore_err(spec(corpus(201, 30, 9), operators(32, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
     assert!(e.contains("dataset corpus was") && e.contains("work source was"), "{e}");
     let mut s = run_spec();
     s.seed += 1;

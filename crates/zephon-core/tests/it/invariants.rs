@@ -33,7 +33,7 @@ proptest! {
         mb_pick in 0usize..8,
     ) {
         let g = lanes * r;
-        let spec = spec(corpus(300, 40, 1), pipeline(64, shuffle), 7, 1000, Tail::Drop);
+        let spec = spec(corpus(300, 40, 1), operators(64, shuffle), 7, 1000, Tail::Drop);
         let reference = run_ranks(&spec, lanes, g, 1, opts(1, 4, 1), 6, None, None);
         prop_assert_eq!(reference.len(), 6);
         let got = run_ranks(&spec, lanes, g, w, opts(threads, unit, prefetch), 6, None, None);
@@ -60,7 +60,7 @@ proptest! {
         shuffle in prop::sample::select(vec![0usize, 7]),
     ) {
         let g = lanes * r;
-        let spec = spec(corpus(300, 40, 2), pipeline(48, shuffle), 5, 1000, Tail::Drop);
+        let spec = spec(corpus(300, 40, 2), operators(48, shuffle), 5, 1000, Tail::Drop);
         let total: u64 = segments.iter().map(|s| s.1).sum::<u64>() + 2;
         let reference = run_ranks(&spec, lanes, g, 1, opts(1, 4, 1), total, None, None);
         let ws = divisors(lanes);
@@ -90,7 +90,7 @@ proptest! {
     ) {
         let g = lanes * r;
         let datasets = corpus(120, 30, 3);
-        let spec = spec(datasets.clone(), pipeline(40, shuffle), 4, epochs, Tail::Partial);
+        let spec = spec(datasets.clone(), operators(40, shuffle), 4, epochs, Tail::Partial);
         let mut coverage: BTreeMap<SampleId, Vec<(u32, u32)>> = BTreeMap::new();
         let tmp = tempfile::tempdir().unwrap();
         let mut record = |step: &LocalStep| {

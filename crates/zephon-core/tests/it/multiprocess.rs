@@ -14,7 +14,7 @@ const STEPS: u64 = 9;
 const ENTRY: &str = "multiprocess::rank_process_entry";
 
 fn the_spec() -> RunSpec {
-    spec(corpus(400, 40, 21), pipeline(40, 6), 6, 1000, Tail::Drop)
+    spec(corpus(400, 40, 21), operators(40, 6), 6, 1000, Tail::Drop)
 }
 
 /// Entry point of a rank process. Does nothing unless started by `spawn_ranks`.

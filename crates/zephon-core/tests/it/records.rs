@@ -17,7 +17,7 @@ fn corpus_with_holes() -> Datasets {
 
 #[test]
 fn a_bad_record_stops_the_run_naming_dataset_shard_and_row() {
-    let spec = spec(corpus_with_holes(), pipeline(16, 0), 5, 1, Tail::Drop);
+    let spec = spec(corpus_with_holes(), operators(16, 0), 5, 1, Tail::Drop);
     let mut e = Engine::start(spec, Topology::single(2, 2).unwrap(), opts(2, 3, 2)).unwrap();
     let err = loop {
         match e.next_step() {
@@ -32,7 +32,7 @@ fn a_bad_record_stops_the_run_naming_dataset_shard_and_row() {
 
 #[test]
 fn the_failing_step_does_not_depend_on_threads() {
-    let spec = spec(corpus_with_holes(), pipeline(16, 0), 5, 1, Tail::Drop);
+    let spec = spec(corpus_with_holes(), operators(16, 0), 5, 1, Tail::Drop);
     let fail_step = |threads| {
         let mut e = Engine::start(spec.clone(), Topology::single(2, 2).unwrap(), opts(threads, 1, 3)).unwrap();
         let mut n = 0;
@@ -49,7 +49,7 @@ fn the_failing_step_does_not_depend_on_threads() {
 
 #[test]
 fn skipped_records_are_counted_and_the_same_on_every_topology() {
-    let mut spec = spec(corpus_with_holes(), pipeline(16, 0), 5, 1, Tail::Partial);
+    let mut spec = spec(corpus_with_holes(), operators(16, 0), 5, 1, Tail::Partial);
     spec.bad_records = BadRecords::Skip;
     let total_skipped = |w: u32| {
         let mut engines: Vec<Engine> = (0..w)
@@ -97,7 +97,7 @@ impl Operator for Explode {
 #[test]
 fn a_panicking_operator_is_reported_not_hung() {
     let datasets = corpus(40, 5, 1);
-    let mut s = spec(datasets, Pipeline::new().then(Explode), 4, 1, Tail::Drop);
+    let mut s = spec(datasets, Operators::new().then(Explode), 4, 1, Tail::Drop);
     s.tail = Tail::Drop;
     let mut e = Engine::start(s, Topology::single(1, 1).unwrap(), opts(2, 2, 1)).unwrap();
     let err = loop {
@@ -112,7 +112,7 @@ fn a_panicking_operator_is_reported_not_hung() {
 
 #[test]
 fn batches_stack_rows_and_reject_ragged_ones() {
-    let spec = spec(corpus(100, 20, 4), pipeline(24, 0), 4, 10, Tail::Drop);
+    let spec = spec(corpus(100, 20, 4), operators(24, 0), 4, 10, Tail::Drop);
     let mut e = Engine::start(spec, Topology::single(2, 6).unwrap(), opts(1, 4, 1)).unwrap();
     let step = e.next_step().unwrap().unwrap();
     let batch = step.to_batch().unwrap();

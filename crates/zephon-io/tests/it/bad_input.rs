@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use zephon_core::*;
 use zephon_io::{DatasetOptions, Fields, Format, open, open_shards};
-use zephon_testkit::{opts, pipeline};
+use zephon_testkit::{operators, opts};
 
 use crate::data::corpus_dir;
 
@@ -31,7 +31,7 @@ fn spec_for(ds: Arc<dyn Dataset>, bad_records: BadRecords) -> RunSpec {
     let datasets = Datasets::new(vec![ds]);
     let source = SequentialSource::new(&datasets.manifests(), 4, 1, 1);
     RunSpec {
-        pipeline: pipeline(16, 0),
+        operators: operators(16, 0),
         source: Arc::new(source),
         datasets,
         seed: 1,

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use proptest::prelude::*;
 use zephon_core::*;
 use zephon_mix::{Exhaustion, MixtureSource, Order, RowOrder, SourceConfig};
-use zephon_testkit::{opts, pipeline, rank_process, run_ranks, spawn_ranks};
+use zephon_testkit::{operators, opts, rank_process, run_ranks, spawn_ranks};
 
 use crate::data::*;
 
@@ -30,7 +30,7 @@ fn mixed_spec(format: &str, exhaustion: Exhaustion, tail: Tail, shuffle: usize) 
     };
     let source = MixtureSource::new(&datasets.manifests(), &[0.8, 0.2], config).unwrap();
     RunSpec {
-        pipeline: pipeline(512, shuffle),
+        operators: operators(512, shuffle),
         source: Arc::new(source),
         datasets,
         seed: 3,
@@ -92,7 +92,7 @@ fn every_real_row_is_delivered_exactly_once() {
     let config = SourceConfig { seed: 5, chunk_size: 32, exhaustion: Exhaustion::Redistribute, ..Default::default() };
     let source = MixtureSource::new(&datasets.manifests(), &[0.3, 0.7], config).unwrap();
     let spec = RunSpec {
-        pipeline: pipeline(256, 5),
+        operators: operators(256, 5),
         source: Arc::new(source),
         datasets: datasets.clone(),
         seed: 1,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use zephon_core::*;
 use zephon_mix::*;
-use zephon_testkit::{opts, pipeline, run_ranks};
+use zephon_testkit::{operators, opts, run_ranks};
 
 use crate::corpora;
 
@@ -109,7 +109,7 @@ fn token_estimates_are_restored_from_the_checkpoint_not_remeasured() {
         let config =
             SourceConfig { seed: 3, chunk_size: 16, exhaustion: Exhaustion::Repeat, ..SourceConfig::default() };
         RunSpec {
-            pipeline: pipeline(128, 4),
+            operators: operators(128, 4),
             source: Arc::new(MixtureSource::new(&manifests, &weights, config).unwrap()),
             datasets: datasets.clone(),
             seed: 1,

@@ -1,4 +1,4 @@
-//! A pipeline: operators in order, and the plan that splits them into the parallel part and
+//! Operators in order, and the plan that splits them into the parallel part and
 //! the per-lane stages.
 
 use std::fmt::Write as _;
@@ -12,14 +12,14 @@ use crate::record::{Lineage, Record};
 /// Operators in order. Records flow through each operator's stateless part, then its
 /// accumulator, then on to the next operator.
 #[derive(Clone, Default)]
-pub struct Pipeline {
+pub struct Operators {
     ops: Vec<Arc<dyn Operator>>,
 }
 
-impl Pipeline {
+impl Operators {
     /// An empty pipeline: rows are the records as read.
     pub fn new() -> Self {
-        Pipeline::default()
+        Operators::default()
     }
 
     /// Appends an operator.
@@ -90,18 +90,18 @@ pub(crate) struct Stage {
 /// everything runs on the lane, in order: records there already depend on history.
 #[derive(Clone)]
 pub(crate) struct Plan {
-    pub pipeline: Pipeline,
+    pub operators: Operators,
     pub parallel: Vec<Arc<dyn Operator>>,
     pub stages: Vec<Stage>,
     pub tail: Vec<Arc<dyn Operator>>,
 }
 
 impl Plan {
-    pub fn new(pipeline: Pipeline) -> Self {
+    pub fn new(operators: Operators) -> Self {
         let mut parallel = None;
         let mut stages = Vec::new();
         let mut maps: Vec<Arc<dyn Operator>> = Vec::new();
-        for op in &pipeline.ops {
+        for op in &operators.ops {
             let kind = op.kind();
             if kind.maps() {
                 maps.push(op.clone());
@@ -117,8 +117,8 @@ impl Plan {
             }
         }
         match parallel {
-            Some(parallel) => Plan { pipeline, parallel, stages, tail: maps },
-            None => Plan { pipeline, parallel: maps, stages, tail: Vec::new() },
+            Some(parallel) => Plan { operators, parallel, stages, tail: maps },
+            None => Plan { operators, parallel: maps, stages, tail: Vec::new() },
         }
     }
 
