@@ -129,13 +129,14 @@ impl LocalStep {
                 message: format!("microbatch size {size} does not divide the local step's {} rows", rows.len()),
             });
         }
-        Ok(rows.chunks(size).map(|c| Microbatch { rows: c.to_vec() }).collect())
+        Ok(rows.chunks(size).map(|c| Microbatch { step: self.step, rows: c.to_vec() }).collect())
     }
 }
 
 /// A slice of a local step.
 #[derive(Debug)]
 pub struct Microbatch<'a> {
+    step: Step,
     rows: Vec<&'a Record>,
 }
 
@@ -146,7 +147,7 @@ impl<'a> Microbatch<'a> {
     }
 
     /// The rows stacked into one columnar batch.
-    pub fn to_batch(&self) -> std::result::Result<Batch, crate::error::OpError> {
-        Batch::from_rows(self.rows.iter().copied())
+    pub fn to_batch(&self) -> Result<Batch> {
+        Batch::from_rows(self.rows.iter().copied()).map_err(|e| Error::Step { step: self.step, message: e.to_string() })
     }
 }

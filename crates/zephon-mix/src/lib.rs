@@ -9,6 +9,10 @@
 //! the cost of a pointer does not grow with the lane count, and a checkpoint of the work
 //! source is one cursor per lane.
 //!
+//! Two accumulators live here too, because they are about *what* is trained on: [`Shuffle`]
+//! (a shuffle buffer keyed by record lineage) and [`EnsureMixture`] (a token-deficit
+//! scheduler that keeps realized token shares on target after tokenization).
+//!
 //! What this crate is not: it reads no files (it sees dataset manifests, plain data from
 //! `zephon-core`, so it never compiles Arrow), and it does not tokenize; token estimation
 //! takes a counting function from the caller.
@@ -33,13 +37,17 @@
 
 #![deny(missing_docs)]
 
+mod ensure;
 mod error;
 mod estimate;
 mod interleave;
 mod order;
+mod shuffle;
 mod source;
 
+pub use ensure::{EnsureMixture, dropped};
 pub use error::{Error, Result};
 pub use estimate::{EstimateConfig, TokenEstimate, declared, estimate, weights_for_token_shares};
 pub use order::{Order, RowOrder};
+pub use shuffle::Shuffle;
 pub use source::{Exhaustion, MixtureSource, SourceConfig};

@@ -1,0 +1,264 @@
+//! The `zephon` command: demo, run, verify, explain, inspect, bench.
+//!
+//! Every command reads the same TOML spec (`zephon::Spec`). Errors go to stderr with a
+//! non-zero exit code (1 for a failed run or check, 2 for bad usage); files are written
+//! atomically or not at all.
+
+mod bench;
+mod corpus;
+mod demo;
+mod inspect;
+mod progress;
+mod run;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// What can go wrong in a command.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// From the pipeline.
+    #[error("{0}")]
+    Zephon(#[from] zephon::Error),
+    /// Bad flags.
+    #[error("{0}")]
+    Usage(String),
+    /// A file the command writes or reads.
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    /// A check that failed (verify, demo).
+    #[error("{0}")]
+    Verify(String),
+}
+
+impl From<zephon::core::Error> for CliError {
+    fn from(e: zephon::core::Error) -> Self {
+        CliError::Zephon(e.into())
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "zephon",
+    version,
+    about = "Elastically deterministic data loading: the same global batches at any GPU count"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the seed's experiment on an embedded default (no download): fingerprints at W = 1,
+    /// 2, 4, 8 and across a resume, then throughput.
+    Demo {
+        /// Two dataset paths, A,B (instead of the generated corpus).
+        #[arg(long, value_delimiter = ',', num_args = 2)]
+        data: Option<Vec<PathBuf>>,
+        /// A tokenizer.json (with --data).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// Steps to run.
+        #[arg(long, default_value_t = 8)]
+        steps: u64,
+        /// Worker threads.
+        #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+        threads: usize,
+        /// Tokens per row.
+        #[arg(long, default_value_t = 512)]
+        seq_len: usize,
+    },
+    /// Run one rank of a spec (rank and world size from flags or RANK/WORLD_SIZE).
+    Run {
+        #[arg(long)]
+        spec: PathBuf,
+        /// Stop when the next step reaches this index (absolute, also after a resume).
+        #[arg(long)]
+        steps: Option<u64>,
+        #[arg(long)]
+        world_size: Option<u32>,
+        #[arg(long)]
+        rank: Option<u32>,
+        /// A checkpoint folder (or a --checkpoint-dir root: its newest complete step).
+        #[arg(long)]
+        resume_from: Option<PathBuf>,
+        /// Checkpoint after every K-th step into --checkpoint-dir/step-NNNNNNNN.
+        #[arg(long)]
+        checkpoint_every: Option<u64>,
+        /// Checkpoint once, after step K.
+        #[arg(long)]
+        checkpoint_at: Option<u64>,
+        #[arg(long)]
+        checkpoint_dir: Option<PathBuf>,
+        /// TSV, one line per owned lane per step: step, lane, sha256 of the lane's rows.
+        #[arg(long)]
+        hash_log: Option<PathBuf>,
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Hand rows out in microbatches of this size (hashes are computed from them).
+        #[arg(long)]
+        microbatch: Option<usize>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+        /// Write timings as JSON here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
+    /// Run the spec as separate rank processes at several world sizes (and resumes) and
+    /// compare every global step.
+    Verify {
+        #[arg(long)]
+        spec: PathBuf,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        world_sizes: Vec<u32>,
+        #[arg(long)]
+        steps: u64,
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        threads: Vec<usize>,
+        #[arg(long, value_delimiter = ',')]
+        microbatch: Option<Vec<usize>>,
+        /// Checkpoint at this step (at the second world size), then resume elsewhere.
+        #[arg(long)]
+        resume_at: Option<u64>,
+        #[arg(long, value_delimiter = ',')]
+        resume_world_sizes: Option<Vec<u32>>,
+        /// Checkpoint again at this step after each resume, and resume once more.
+        #[arg(long)]
+        second_resume_at: Option<u64>,
+        /// Keep hash logs and checkpoints here.
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+    },
+    /// Print the plan: datasets, work source, operators, buffers.
+    Explain {
+        #[arg(long)]
+        spec: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        world_size: u32,
+        #[arg(long, default_value_t = 0)]
+        rank: u32,
+    },
+    /// Which documents (dataset, shard, row, token range) made each row of a step.
+    Inspect {
+        #[arg(long)]
+        spec: PathBuf,
+        #[arg(long)]
+        step: u64,
+        #[arg(long)]
+        resume_from: Option<PathBuf>,
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Tokens/s, time to first batch fresh and after a restore, checkpoint size, peak RSS.
+    Bench {
+        #[arg(long)]
+        spec: PathBuf,
+        #[arg(long)]
+        steps: u64,
+        #[arg(long)]
+        checkpoint_at: u64,
+        #[arg(long)]
+        json_out: Option<PathBuf>,
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo { data, tokenizer, steps, threads, seq_len } => demo::demo(&demo::DemoArgs {
+            data: data.map(|v| (v[0].clone(), v[1].clone())),
+            tokenizer,
+            steps,
+            threads,
+            seq_len,
+        }),
+        Command::Run {
+            spec,
+            steps,
+            world_size,
+            rank,
+            resume_from,
+            checkpoint_every,
+            checkpoint_at,
+            checkpoint_dir,
+            hash_log,
+            threads,
+            microbatch,
+            quiet,
+            report,
+        } => run::run(&run::RunArgs {
+            spec,
+            steps,
+            world_size,
+            rank,
+            resume_from,
+            checkpoint_every,
+            checkpoint_at,
+            checkpoint_dir,
+            hash_log,
+            threads,
+            microbatch,
+            quiet,
+            report,
+        })
+        .map(|r| {
+            if !quiet {
+                eprintln!(
+                    "done: steps {}..{}, {:.2} M tokens, {:.0} tokens/s, first batch after {:.2} s",
+                    r.first_step,
+                    r.first_step + r.steps,
+                    r.tokens as f64 / 1e6,
+                    r.tokens_per_s_overall,
+                    r.ttfb_s
+                );
+            }
+        }),
+        Command::Verify {
+            spec,
+            world_sizes,
+            steps,
+            threads,
+            microbatch,
+            resume_at,
+            resume_world_sizes,
+            second_resume_at,
+            work_dir,
+        } => verify::verify(&verify::VerifyArgs {
+            spec,
+            world_sizes,
+            threads,
+            microbatches: microbatch.unwrap_or_default(),
+            steps,
+            resume_at,
+            resume_world_sizes: resume_world_sizes.unwrap_or_default(),
+            second_resume_at,
+            work_dir,
+        }),
+        Command::Explain { spec, world_size, rank } => (|| {
+            let s = zephon::Spec::from_file(&spec)?;
+            let text = s.pipeline()?.explain(&s.topology(world_size, rank)?)?;
+            print!("{text}");
+            Ok(())
+        })(),
+        Command::Inspect { spec, step, resume_from, threads } => {
+            inspect::inspect(&inspect::InspectArgs { spec, step, resume_from, threads })
+        }
+        Command::Bench { spec, steps, checkpoint_at, json_out, threads } => {
+            bench::bench(&bench::BenchArgs { spec, steps, checkpoint_at, json_out, threads })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if matches!(e, CliError::Usage(_)) { 2 } else { 1 })
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! `zephon run`: one rank of a spec, with checkpoints, a hash log and a progress bar.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use zephon::core::{RankEnv, checkpoint, lane_digest};
+use zephon::{LocalStep, Spec, Topology, Value};
+
+use crate::CliError;
+
+/// What `run` was asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct RunArgs {
+    pub spec: PathBuf,
+    /// Stop when the next step to deliver reaches this (absolute) index.
+    pub steps: Option<u64>,
+    pub world_size: Option<u32>,
+    pub rank: Option<u32>,
+    pub resume_from: Option<PathBuf>,
+    pub checkpoint_every: Option<u64>,
+    pub checkpoint_at: Option<u64>,
+    pub checkpoint_dir: Option<PathBuf>,
+    pub hash_log: Option<PathBuf>,
+    pub threads: Option<usize>,
+    pub microbatch: Option<usize>,
+    pub quiet: bool,
+    pub report: Option<PathBuf>,
+}
+
+/// Timings and counts of a run.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct RunReport {
+    pub first_step: u64,
+    pub steps: u64,
+    pub tokens: u64,
+    pub ttfb_s: f64,
+    pub elapsed_s: f64,
+    pub tokens_per_s: f64,
+    pub tokens_per_s_overall: f64,
+    pub peak_rss_bytes: u64,
+    pub checkpoint_bytes: u64,
+    pub skipped_records: u64,
+}
+
+/// The topology from flags, else from the launcher's environment.
+pub fn topology(spec: &Spec, world_size: Option<u32>, rank: Option<u32>) -> Result<Topology, CliError> {
+    let (w, r) = match (world_size, rank) {
+        (Some(w), Some(r)) => (w, r),
+        (None, None) => {
+            let env = RankEnv::detect(|k| std::env::var(k).ok()).map_err(zephon::Error::from)?;
+            (env.world_size, env.rank)
+        }
+        _ => {
+            return Err(CliError::Usage(
+                "give --world-size and --rank together (or neither, to read RANK/WORLD_SIZE)".into(),
+            ));
+        }
+    };
+    Ok(spec.topology(w, r)?)
+}
+
+/// The checkpoint directory to resume from: `dir` itself if it holds checkpoint files,
+/// else its newest `step-*` folder whose files hold every lane.
+pub fn resolve_checkpoint(dir: &Path, lanes: u32) -> Result<PathBuf, CliError> {
+    let holds_files = |d: &Path| {
+        fs::read_dir(d)
+            .map(|it| it.flatten().any(|e| e.path().extension().is_some_and(|x| x == checkpoint::EXTENSION)))
+            .unwrap_or(false)
+    };
+    if holds_files(dir) {
+        return Ok(dir.to_path_buf());
+    }
+    let mut steps: Vec<PathBuf> = fs::read_dir(dir)
+        .map_err(|e| CliError::Usage(format!("--resume-from {}: {e}", dir.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+        .collect();
+    steps.sort();
+    for d in steps.iter().rev() {
+        let mut covered = vec![false; lanes as usize];
+        for f in fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = f.path();
+            if p.extension().is_some_and(|x| x == checkpoint::EXTENSION)
+                && let Ok(s) = fs::read(&p).map_err(|_| ()).and_then(|b| checkpoint::inspect(&p, &b).map_err(|_| ()))
+            {
+                for l in s.lanes {
+                    if let Some(c) = covered.get_mut(l.index()) {
+                        *c = true;
+                    }
+                }
+            }
+        }
+        if covered.iter().all(|&c| c) {
+            return Ok(d.clone());
+        }
+    }
+    Err(CliError::Usage(format!(
+        "--resume-from {}: no checkpoint with every lane (no step-* folder is complete)",
+        dir.display()
+    )))
+}
+
+/// Non-pad tokens of a step (rows made by the packer carry `num_tokens`).
+pub fn step_tokens(step: &LocalStep) -> u64 {
+    step.rows()
+        .map(|r| match r.get("num_tokens") {
+            Some(Value::Int(n)) => *n as u64,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Lane digests of a step computed from the rows as microbatches hand them out: if
+/// microbatching changed which rows a step holds, these would differ from the lanes'.
+fn digests_through_microbatches(step: &LocalStep, size: usize) -> Result<Vec<(u32, String)>, CliError> {
+    let rows: Vec<_> = step
+        .microbatches(size)
+        .map_err(zephon::Error::from)?
+        .iter()
+        .flat_map(|m| m.rows().to_vec())
+        .map(|r| (*r).clone())
+        .collect();
+    let mut out = Vec::new();
+    let mut at = 0;
+    for lane in step.lanes() {
+        let n = lane.rows().len();
+        out.push((lane.lane().0, lane_digest(&rows[at..at + n]).to_hex()));
+        at += n;
+    }
+    Ok(out)
+}
+
+fn peak_rss() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()
+}
+
+pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
+    let start = Instant::now();
+    let spec = Spec::from_file(&args.spec)?;
+    let topology = topology(&spec, args.world_size, args.rank)?;
+    let mut exec = spec.exec();
+    if let Some(t) = args.threads {
+        exec.threads = t;
+    }
+    if let Some(k) = args.checkpoint_every {
+        if k == 0 {
+            return Err(CliError::Usage("--checkpoint-every must be at least 1".into()));
+        }
+        exec.snapshot_every = k;
+    }
+    if (args.checkpoint_every.is_some() || args.checkpoint_at.is_some()) && args.checkpoint_dir.is_none() {
+        return Err(CliError::Usage("--checkpoint-every/--checkpoint-at need --checkpoint-dir".into()));
+    }
+    let pipeline = spec.pipeline()?.exec(exec);
+    let mut loader = match &args.resume_from {
+        Some(dir) => pipeline.restore(topology, &resolve_checkpoint(dir, spec.lanes)?)?,
+        None => pipeline.build(topology)?,
+    };
+    let first_step = loader.position().0;
+    let target = args.steps;
+    if let Some(t) = target
+        && t < first_step
+    {
+        return Err(CliError::Usage(format!("--steps {t} is before the checkpoint's step {first_step}")));
+    }
+
+    let partial = args.hash_log.as_ref().map(|p| p.with_extension("partial"));
+    let mut log = match &partial {
+        Some(p) => Some(std::io::BufWriter::new(fs::File::create(p).map_err(|e| CliError::Io(p.clone(), e))?)),
+        None => None,
+    };
+    let progress = crate::progress::Progress::new(!args.quiet, target.map(|t| t - first_step));
+    let mut report = RunReport { first_step, ..RunReport::default() };
+    let mut first_batch: Option<(Instant, u64)> = None;
+    let result = (|| -> Result<(), CliError> {
+        while target.is_none_or(|t| loader.position().0 < t) {
+            let Some(step) = loader.next_step()? else { break };
+            let tokens = step_tokens(&step);
+            if first_batch.is_none() {
+                report.ttfb_s = start.elapsed().as_secs_f64();
+                first_batch = Some((Instant::now(), report.tokens + tokens));
+            }
+            report.tokens += tokens;
+            report.steps += 1;
+            if let Some(log) = &mut log {
+                let digests = match args.microbatch {
+                    Some(m) => digests_through_microbatches(&step, m)?,
+                    None => step.lane_digests().map(|(l, d)| (l.0, d.to_hex())).collect(),
+                };
+                for (lane, d) in digests {
+                    writeln!(log, "{}\t{lane}\t{d}", step.step().0)
+                        .map_err(|e| CliError::Io(args.hash_log.clone().unwrap_or_default(), e))?;
+                }
+            }
+            let next = loader.position().0;
+            let due = args.checkpoint_every.is_some_and(|k| next % k == 0) || args.checkpoint_at == Some(next);
+            if let (true, Some(dir)) = (due, &args.checkpoint_dir) {
+                let d = dir.join(format!("step-{next:08}"));
+                loader.checkpoint(&d)?;
+                report.checkpoint_bytes = dir_bytes(&d);
+            }
+            progress.step(next, report.tokens, start.elapsed().as_secs_f64());
+        }
+        Ok(())
+    })();
+    progress.finish();
+    if let Err(e) = result {
+        if let Some(p) = &partial {
+            drop(log);
+            let _ = fs::remove_file(p);
+        }
+        return Err(e);
+    }
+    if let (Some(mut log), Some(p), Some(done)) = (log, &partial, &args.hash_log) {
+        log.flush().map_err(|e| CliError::Io(p.clone(), e))?;
+        drop(log);
+        fs::rename(p, done).map_err(|e| CliError::Io(done.clone(), e))?;
+    }
+    report.elapsed_s = start.elapsed().as_secs_f64();
+    report.tokens_per_s_overall = report.tokens as f64 / report.elapsed_s.max(1e-9);
+    if let Some((t, tok)) = first_batch {
+        let secs = t.elapsed().as_secs_f64();
+        if report.steps > 1 && secs > 0.0 {
+            report.tokens_per_s = (report.tokens - tok) as f64 / secs;
+        }
+    }
+    report.peak_rss_bytes = peak_rss();
+    report.skipped_records = loader.skipped();
+    if let Some(path) = &args.report {
+        let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+        fs::write(path, json).map_err(|e| CliError::Io(path.clone(), e))?;
+    }
+    Ok(report)
+}

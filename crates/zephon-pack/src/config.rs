@@ -1,0 +1,213 @@
+//! Settings: which algorithm, how long a row is, what fills the padding. Checked once, when the
+//! operator is built, so that running never meets a bad setting.
+
+use std::fmt;
+
+use crate::error::PackError;
+
+/// How documents are placed into rows.
+///
+/// All three are deterministic functions of the lane's input order. The fit algorithms share
+/// these rules: a row that becomes exactly full (T tokens) or reaches `max_segments` is emitted
+/// at once; when no open row has room for a piece, a new row opens for it, after emitting the
+/// fullest open row (ties: the oldest) if `bins` rows are already open; a piece that is a
+/// complete row by itself (T tokens, or any piece when `max_segments` is 1) is emitted
+/// directly and evicts nothing; `finish` emits the open rows in creation order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Concatenate and chunk: documents go into the current row in arrival order and a row is
+    /// cut every `seq_len` tokens, so a document can span rows. Its continuation in the next
+    /// row is a new segment there (positions restart at 0). Rows are full except when
+    /// `max_segments` ends one early, and the last one. Holds one partial row per lane.
+    Wrap,
+    /// Each document goes into the oldest open row with room for it. Keeps up to `bins` rows
+    /// open per lane.
+    FirstFit {
+        /// Open rows per lane (≥ 1).
+        bins: usize,
+    },
+    /// Each document goes into the open row it fills most tightly (least room left after it;
+    /// ties to the oldest row). Keeps up to `bins` rows open per lane.
+    BestFit {
+        /// Open rows per lane (≥ 1).
+        bins: usize,
+    },
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::Wrap => f.write_str("wrap"),
+            Algorithm::FirstFit { bins } => write!(f, "first-fit bins={bins}"),
+            Algorithm::BestFit { bins } => write!(f, "best-fit bins={bins}"),
+        }
+    }
+}
+
+/// What happens to a document (or piece) longer than `seq_len`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LongDocs {
+    /// Cut it into `seq_len`-sized pieces (the last one shorter), placed independently. For
+    /// [`Algorithm::Wrap`] this is what concatenate-and-chunk does anyway.
+    #[default]
+    Split,
+    /// Keep its first `seq_len` tokens and drop the rest. Applies to every algorithm,
+    /// [`Algorithm::Wrap`] included.
+    Truncate,
+}
+
+impl fmt::Display for LongDocs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LongDocs::Split => "split",
+            LongDocs::Truncate => "truncate",
+        })
+    }
+}
+
+/// Every setting of a packer. Build one with [`PackConfig::new`] and change fields with
+/// struct update syntax; [`crate::Pack::new`] checks it.
+///
+/// ```
+/// use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
+/// let config = PackConfig {
+///     max_segments: 32,
+///     long: LongDocs::Truncate,
+///     pad_id: 50256,
+///     ..PackConfig::new(Algorithm::BestFit { bins: 64 }, 2048)
+/// };
+/// let pack = Pack::new(config)?;
+/// assert_eq!(pack.config().seq_len, 2048);
+/// # Ok::<(), zephon_pack::PackError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PackConfig {
+    /// How documents are placed into rows.
+    pub algorithm: Algorithm,
+    /// Tokens per row, T (≥ 1). Every per-token field of a row has exactly T elements.
+    pub seq_len: usize,
+    /// The most documents (segments) in one row, S (1 ≤ S ≤ T). `cu_seqlens` has S + 2
+    /// elements so that rows stack into a batch.
+    pub max_segments: usize,
+    /// What happens to a document longer than T.
+    pub long: LongDocs,
+    /// The token id written into padding.
+    pub pad_id: u32,
+    /// The label of positions that have no next token in their segment (negative).
+    pub ignore_index: i32,
+    /// The input field holding the token ids (`Value::Seq` of `u32`).
+    pub input_field: String,
+}
+
+/// Default [`PackConfig::max_segments`]: enough for 2048-token rows of 32-token documents.
+pub const DEFAULT_MAX_SEGMENTS: usize = 64;
+
+/// Default [`PackConfig::ignore_index`]: what PyTorch's cross-entropy ignores by default.
+pub const DEFAULT_IGNORE_INDEX: i32 = -100;
+
+impl PackConfig {
+    /// `algorithm` into rows of `seq_len` tokens, with the defaults: at most
+    /// [`DEFAULT_MAX_SEGMENTS`] documents a row (capped at `seq_len`), long documents split,
+    /// padding id 0, ignore index -100, input field `tokens`.
+    pub fn new(algorithm: Algorithm, seq_len: usize) -> Self {
+        PackConfig {
+            algorithm,
+            seq_len,
+            max_segments: DEFAULT_MAX_SEGMENTS.min(seq_len.max(1)),
+            long: LongDocs::Split,
+            pad_id: 0,
+            ignore_index: DEFAULT_IGNORE_INDEX,
+            input_field: "tokens".into(),
+        }
+    }
+
+    /// Checks every setting.
+    pub fn validate(&self) -> Result<(), PackError> {
+        if self.seq_len == 0 {
+            return Err(PackError::ZeroSeqLen);
+        }
+        // i32 positions and cu_seqlens; the u32 fragment offsets are then safe too.
+        if self.seq_len > i32::MAX as usize {
+            return Err(PackError::SeqLenTooLarge(self.seq_len));
+        }
+        if let Algorithm::FirstFit { bins: 0 } | Algorithm::BestFit { bins: 0 } = self.algorithm {
+            return Err(PackError::ZeroBins);
+        }
+        if self.max_segments == 0 {
+            return Err(PackError::ZeroMaxSegments);
+        }
+        if self.max_segments > self.seq_len {
+            return Err(PackError::TooManySegments { max_segments: self.max_segments, seq_len: self.seq_len });
+        }
+        if self.ignore_index >= 0 {
+            return Err(PackError::IgnoreIndex(self.ignore_index));
+        }
+        if self.input_field.is_empty() {
+            return Err(PackError::EmptyInputField);
+        }
+        Ok(())
+    }
+
+    /// Every setting in one canonical line (the operator's checkpoint fingerprint). `v1` names
+    /// the row layout: a change to what rows contain must change it.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "pack/v1 algorithm={} seq_len={} max_segments={} long={} pad_id={} ignore_index={} input_field={:?}",
+            self.algorithm,
+            self.seq_len,
+            self.max_segments,
+            self.long,
+            self.pad_id,
+            self.ignore_index,
+            self.input_field
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_settings() {
+        let ok = PackConfig::new(Algorithm::Wrap, 16);
+        assert_eq!(ok.validate(), Ok(()));
+        let bad = |c: PackConfig| c.validate().unwrap_err();
+        assert_eq!(bad(PackConfig::new(Algorithm::Wrap, 0)), PackError::ZeroSeqLen);
+        assert_eq!(bad(PackConfig::new(Algorithm::FirstFit { bins: 0 }, 16)), PackError::ZeroBins);
+        assert_eq!(bad(PackConfig::new(Algorithm::BestFit { bins: 0 }, 16)), PackError::ZeroBins);
+        assert_eq!(bad(PackConfig { max_segments: 0, ..ok.clone() }), PackError::ZeroMaxSegments);
+        assert!(matches!(bad(PackConfig { max_segments: 17, ..ok.clone() }), PackError::TooManySegments { .. }));
+        assert_eq!(bad(PackConfig { ignore_index: 0, ..ok.clone() }), PackError::IgnoreIndex(0));
+        assert_eq!(bad(PackConfig { input_field: String::new(), ..ok.clone() }), PackError::EmptyInputField);
+        assert!(matches!(bad(PackConfig::new(Algorithm::Wrap, 1 << 31)), PackError::SeqLenTooLarge(_)));
+    }
+
+    #[test]
+    fn default_max_segments_never_exceeds_seq_len() {
+        assert_eq!(PackConfig::new(Algorithm::Wrap, 8).max_segments, 8);
+        assert_eq!(PackConfig::new(Algorithm::Wrap, 2048).max_segments, DEFAULT_MAX_SEGMENTS);
+        assert_eq!(PackConfig::new(Algorithm::Wrap, 8).validate(), Ok(()));
+    }
+
+    #[test]
+    fn fingerprint_names_every_setting() {
+        let base = PackConfig::new(Algorithm::BestFit { bins: 4 }, 16);
+        let variants = [
+            PackConfig { algorithm: Algorithm::FirstFit { bins: 4 }, ..base.clone() },
+            PackConfig { algorithm: Algorithm::BestFit { bins: 5 }, ..base.clone() },
+            PackConfig { seq_len: 17, ..base.clone() },
+            PackConfig { max_segments: 3, ..base.clone() },
+            PackConfig { long: LongDocs::Truncate, ..base.clone() },
+            PackConfig { pad_id: 1, ..base.clone() },
+            PackConfig { ignore_index: -1, ..base.clone() },
+            PackConfig { input_field: "ids".into(), ..base.clone() },
+        ];
+        let mut seen = vec![base.fingerprint()];
+        for v in variants {
+            let fp = v.fingerprint();
+            assert!(!seen.contains(&fp), "{fp}");
+            seen.push(fp);
+        }
+    }
+}

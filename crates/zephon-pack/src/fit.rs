@@ -1,0 +1,109 @@
+//! First-fit and best-fit: up to `bins` open rows per lane; each piece goes into one of them.
+
+use std::sync::Arc;
+
+use zephon_core::{Accumulator, AccumulatorState, Fragment, Lineage, OpError, RebuildInput, Record};
+
+use crate::config::PackConfig;
+use crate::doc::{pieces, read_doc};
+use crate::error::PackError;
+use crate::row::{self, OpenRow};
+use crate::state;
+
+/// Which open row a piece goes into.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Choice {
+    /// The oldest row with room.
+    First,
+    /// The row with the least room left after the piece; ties to the oldest.
+    Best,
+}
+
+/// The first-fit / best-fit accumulator. Open rows are kept in creation order, so "oldest" is
+/// "first in the list" and the state needs no creation counters.
+pub(crate) struct FitAcc {
+    config: Arc<PackConfig>,
+    choice: Choice,
+    cap: usize,
+    open: Vec<OpenRow>,
+}
+
+impl FitAcc {
+    pub fn new(config: Arc<PackConfig>, choice: Choice, cap: usize) -> Self {
+        FitAcc { config, choice, cap, open: Vec::with_capacity(cap) }
+    }
+
+    /// Places one piece of at most T tokens.
+    fn place(&mut self, fragment: Fragment, tokens: &[u32], out: &mut Vec<Record>) -> Result<(), PackError> {
+        let config = &*self.config;
+        let n = tokens.len();
+        // A piece that completes a row on its own (T tokens, or one segment a row) is a row:
+        // no open row could take it, and evicting one for it would only waste that row's room.
+        if n >= config.seq_len || config.max_segments <= 1 {
+            let mut row = OpenRow::new(config);
+            row.push(fragment, tokens);
+            out.push(row.into_record(config)?);
+            return Ok(());
+        }
+        let mut fitting = self.open.iter().enumerate().filter(|(_, r)| r.room(config) >= n);
+        let target = match self.choice {
+            Choice::First => fitting.next().map(|(i, _)| i),
+            // `min_by_key` keeps the first of equal keys: the oldest row.
+            Choice::Best => fitting.min_by_key(|(_, r)| r.room(config) - n).map(|(i, _)| i),
+        };
+        match target {
+            Some(i) => {
+                self.open[i].push(fragment, tokens);
+                if self.open[i].is_complete(config) {
+                    out.push(self.open.remove(i).into_record(config)?);
+                }
+            }
+            None => {
+                if self.open.len() >= self.cap {
+                    // The fullest row (least room; ties to the oldest) makes way.
+                    let fullest = self.open.iter().enumerate().min_by_key(|(_, r)| r.room(config)).map(|(i, _)| i);
+                    if let Some(j) = fullest {
+                        out.push(self.open.remove(j).into_record(config)?);
+                    }
+                }
+                let mut row = OpenRow::new(config);
+                row.push(fragment, tokens);
+                self.open.push(row);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Accumulator for FitAcc {
+    fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        let Some(doc) = read_doc(record, &self.config.input_field)? else { return Ok(()) };
+        for (fragment, tokens) in pieces(&doc, self.config.seq_len, self.config.long) {
+            self.place(fragment, tokens, out)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<Record>) -> Result<(), OpError> {
+        for row in std::mem::take(&mut self.open) {
+            out.push(row.into_record(&self.config)?);
+        }
+        Ok(())
+    }
+
+    fn export(&self) -> AccumulatorState {
+        AccumulatorState {
+            values: state::fit_values(&self.open),
+            buffered: self.open.iter().flat_map(OpenRow::lineages).collect(),
+        }
+    }
+
+    fn import(&mut self, saved: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
+        self.open = state::restore(&saved, buffered, &self.config, state::Kind::Fit { bins: self.cap })?;
+        Ok(())
+    }
+
+    fn rebuild(&self, lineage: &Lineage, input: &mut dyn RebuildInput) -> Result<Record, OpError> {
+        row::rebuild(&self.config, lineage, input)
+    }
+}

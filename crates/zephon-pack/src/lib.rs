@@ -1,0 +1,153 @@
+//! Packing for zephon: per-lane accumulators that turn tokenized documents into fixed-length
+//! training rows for document-masked attention (flash-attn varlen kernels).
+//!
+//! [`Pack`] is one operator with three algorithms ([`Algorithm`]): concatenate-and-chunk
+//! (`Wrap`), and `FirstFit` / `BestFit` over a bounded number of open rows per lane. Documents
+//! longer than a row are split or truncated ([`LongDocs`]). Every row has the same shape, so
+//! rows stack into a batch (T = `seq_len`, S = `max_segments`, k segments in the row):
+//!
+//! | field | value | content |
+//! |---|---|---|
+//! | [`INPUT_IDS`] | `Array` U32\[T\] | the segments' tokens in order, then `pad_id` |
+//! | [`LABELS`] | `Array` I32\[T\] | the next token within the segment, else `ignore_index` |
+//! | [`POSITIONS`] | `Array` I32\[T\] | 0, 1, 2, ... restarting at each segment; 0 on padding |
+//! | [`SEGMENT_IDS`] | `Array` I32\[T\] | 1..=k; 0 on padding |
+//! | [`CU_SEQLENS`] | `Array` I32\[S+2\] | 0, each segment's end, T if padded, then T repeated |
+//! | [`MAX_SEQLEN`] | `Int` | the longest segment or padding run |
+//! | [`LOSS_MASK`] | `Array` U8\[T\] | 1 where the label is not `ignore_index` |
+//! | [`NUM_TOKENS`] | `Int` | non-padding tokens |
+//!
+//! A row's lineage lists its segments' fragments in order: which samples and token ranges
+//! made it.
+//!
+//! The one design decision that shapes this crate: **a row is a pure function of its
+//! lineage.** A row's lineage lists the pieces (sample, token range) it was made of, and the
+//! single function that lays a row out takes nothing else. So a checkpoint stores only the
+//! lineage of the pieces in open rows plus their grouping, never tokens; restore re-reads
+//! those pieces, and `rebuild` reproduces any emitted row from its lineage through the same
+//! function `push` used: byte-identical by construction, at any world size.
+//!
+//! Input is what a tokenizer emits: a field (`tokens` by default) holding a `Value::Seq` of
+//! u32 ids, and a lineage of one fragment spanning exactly those ids. Anything else is an
+//! [`zephon_core::OpError::Data`] for that record. Empty documents are skipped silently: they
+//! have no tokens to train on and must not become empty segments.
+//!
+//! What this crate is not: it does not tokenize (put a tokenizer before it), shuffle rows (put
+//! a shuffle after it), or carry other input fields into rows. Its algorithms see one lane's
+//! stream in order and depend on nothing else, so they cannot look ahead across lanes.
+//!
+//! ```
+//! use zephon_core::{Array, Fragment, LaneContext, Lane, Lineage, Operator, Record, SampleId, Value};
+//! use zephon_pack::{Algorithm, Pack, PackConfig};
+//!
+//! let pack = Pack::new(PackConfig { max_segments: 4, ..PackConfig::new(Algorithm::BestFit { bins: 8 }, 8) })?;
+//! let mut acc = pack.accumulator(LaneContext { lane: Lane(0), seed: 1 }).unwrap();
+//! let doc = |row: u64, ids: Vec<u32>| {
+//!     let fragment = Fragment { sample: SampleId::new(0, 0, row), start: 0, end: ids.len() as u32 };
+//!     Record::new(Lineage::single(fragment)).with(&"tokens".into(), Value::Seq(Array::U32(ids)))
+//! };
+//! let mut rows = Vec::new();
+//! acc.push(doc(0, vec![1, 2, 3, 4, 5]), &mut rows).unwrap();
+//! acc.push(doc(1, vec![6, 7, 8]), &mut rows).unwrap(); // fills the row exactly: emitted at once
+//! assert_eq!(rows.len(), 1);
+//! assert_eq!(rows[0].get("segment_ids"), Some(&Value::Array(Array::I32(vec![1, 1, 1, 1, 1, 2, 2, 2]))));
+//! assert_eq!(rows[0].get("cu_seqlens"), Some(&Value::Array(Array::I32(vec![0, 5, 8, 8, 8, 8]))));
+//! # Ok::<(), zephon_pack::PackError>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod config;
+mod doc;
+mod error;
+mod fit;
+mod row;
+mod state;
+mod wrap;
+
+use std::sync::Arc;
+
+use zephon_core::{Accumulator, LaneContext, Operator, OperatorKind};
+
+pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_MAX_SEGMENTS, LongDocs, PackConfig};
+pub use error::PackError;
+pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT_IDS};
+
+use fit::{Choice, FitAcc};
+use wrap::WrapAcc;
+
+/// The packing operator: an accumulator only ([`OperatorKind::Accumulate`]), one per lane.
+#[derive(Clone, Debug)]
+pub struct Pack {
+    config: Arc<PackConfig>,
+}
+
+impl Pack {
+    /// A packer with `config`, after checking every setting.
+    pub fn new(config: PackConfig) -> Result<Self, PackError> {
+        config.validate()?;
+        Ok(Pack { config: Arc::new(config) })
+    }
+
+    /// Concatenate-and-chunk into rows of `seq_len`, other settings default.
+    pub fn wrap(seq_len: usize) -> Result<Self, PackError> {
+        Pack::new(PackConfig::new(Algorithm::Wrap, seq_len))
+    }
+
+    /// First-fit over `bins` open rows of `seq_len`, other settings default.
+    pub fn first_fit(seq_len: usize, bins: usize) -> Result<Self, PackError> {
+        Pack::new(PackConfig::new(Algorithm::FirstFit { bins }, seq_len))
+    }
+
+    /// Best-fit over `bins` open rows of `seq_len`, other settings default.
+    pub fn best_fit(seq_len: usize, bins: usize) -> Result<Self, PackError> {
+        Pack::new(PackConfig::new(Algorithm::BestFit { bins }, seq_len))
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PackConfig {
+        &self.config
+    }
+}
+
+impl Operator for Pack {
+    fn name(&self) -> &str {
+        "pack"
+    }
+
+    fn fingerprint(&self) -> String {
+        self.config.fingerprint()
+    }
+
+    fn kind(&self) -> OperatorKind {
+        OperatorKind::Accumulate
+    }
+
+    fn accumulator(&self, _lane: LaneContext) -> Option<Box<dyn Accumulator>> {
+        let config = self.config.clone();
+        Some(match config.algorithm {
+            Algorithm::Wrap => Box::new(WrapAcc::new(config)),
+            Algorithm::FirstFit { bins } => Box::new(FitAcc::new(config, Choice::First, bins)),
+            Algorithm::BestFit { bins } => Box::new(FitAcc::new(config, Choice::Best, bins)),
+        })
+    }
+
+    fn describe(&self) -> String {
+        let c = &*self.config;
+        let (how, holds) = match c.algorithm {
+            Algorithm::Wrap => ("concatenate and chunk".to_string(), "1 partial row".to_string()),
+            Algorithm::FirstFit { bins } => {
+                (format!("first-fit over {bins} open rows"), format!("{bins} partial rows"))
+            }
+            Algorithm::BestFit { bins } => (format!("best-fit over {bins} open rows"), format!("{bins} partial rows")),
+        };
+        let long = match c.long {
+            LongDocs::Split => "longer documents split",
+            LongDocs::Truncate => "longer documents truncated",
+        };
+        format!(
+            "pack: {how} into rows of {} tokens, at most {} documents a row, {long}, pad {}; holds up to {holds} per lane",
+            c.seq_len, c.max_segments, c.pad_id
+        )
+    }
+}

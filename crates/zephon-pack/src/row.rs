@@ -1,0 +1,238 @@
+//! The output side: a row under construction, and the one function that lays a row out.
+//!
+//! [`assemble`] is the only place a row record is made. `push`, `finish` and `rebuild` all call
+//! it with the row's fragments and their tokens, so a rebuilt row is byte-identical to the
+//! row first emitted by construction, not by a second implementation agreeing with the first.
+
+use zephon_core::{Array, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
+
+use crate::config::PackConfig;
+use crate::doc::{Doc, read_doc};
+use crate::error::PackError;
+
+/// Row field: token ids, `U32[T]`, padded with `pad_id`.
+pub const INPUT_IDS: &str = "input_ids";
+/// Row field: next-token targets, `I32[T]`; `ignore_index` at the last token of each segment
+/// and on padding.
+pub const LABELS: &str = "labels";
+/// Row field: position within the segment, `I32[T]`, restarting at 0 at each segment; 0 on
+/// padding.
+pub const POSITIONS: &str = "positions";
+/// Row field: segment number, `I32[T]`, 1..=k for the k segments, 0 on padding.
+pub const SEGMENT_IDS: &str = "segment_ids";
+/// Row field: flash-attn varlen cumulative sequence lengths, `I32[S + 2]`: 0, the end of each
+/// segment, T when there is padding (the padding is one more sequence), then T repeated.
+pub const CU_SEQLENS: &str = "cu_seqlens";
+/// Row field: the longest sequence among the segments and the padding run, `Int`.
+pub const MAX_SEQLEN: &str = "max_seqlen";
+/// Row field: 1 where the label is a real target, `U8[T]`.
+pub const LOSS_MASK: &str = "loss_mask";
+/// Row field: non-padding tokens, `Int`.
+pub const NUM_TOKENS: &str = "num_tokens";
+
+/// A row being filled: its segments' fragments and their tokens, concatenated.
+///
+/// Invariant while open (checked by `import`): fewer than T tokens and fewer than S segments,
+/// because a row that reaches either is emitted at once.
+#[derive(Clone, Debug)]
+pub(crate) struct OpenRow {
+    fragments: Vec<Fragment>,
+    tokens: Vec<u32>,
+}
+
+impl OpenRow {
+    /// An empty row whose token buffer already has room for T tokens (it becomes `input_ids`).
+    pub fn new(config: &PackConfig) -> Self {
+        OpenRow { fragments: Vec::new(), tokens: Vec::with_capacity(config.seq_len) }
+    }
+
+    /// Tokens so far.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Segments so far.
+    pub fn segments(&self) -> usize {
+        self.fragments.len()
+    }
+
+    /// Whether the row holds nothing yet.
+    pub fn is_empty(&self) -> bool {
+        self.fragments.is_empty()
+    }
+
+    /// Tokens that still fit.
+    pub fn room(&self, config: &PackConfig) -> usize {
+        config.seq_len.saturating_sub(self.len())
+    }
+
+    /// Whether the row must be emitted now: full, or at the segment cap.
+    pub fn is_complete(&self, config: &PackConfig) -> bool {
+        self.len() >= config.seq_len || self.segments() >= config.max_segments
+    }
+
+    /// Appends one segment. The caller keeps `tokens.len() == fragment.len()` and within room.
+    pub fn push(&mut self, fragment: Fragment, tokens: &[u32]) {
+        self.fragments.push(fragment);
+        self.tokens.extend_from_slice(tokens);
+    }
+
+    /// The lineage of each held piece, in order (what `export` saves).
+    pub fn lineages(&self) -> impl Iterator<Item = Lineage> + '_ {
+        self.fragments.iter().map(|f| Lineage::single(*f))
+    }
+
+    /// Lays out the row (its token buffer becomes `input_ids`).
+    pub fn into_record(self, config: &PackConfig) -> Result<Record, PackError> {
+        assemble(config, &self.fragments, self.tokens)
+    }
+
+    /// Appends a piece read back from a checkpoint or a rebuild, checking that it is exactly
+    /// the piece asked for.
+    pub fn push_restored(&mut self, wanted: Fragment, record: Record, config: &PackConfig) -> Result<(), PackError> {
+        match read_doc(record, &config.input_field)? {
+            Some(Doc { fragment, tokens }) if fragment == wanted => {
+                self.push(fragment, &tokens);
+                Ok(())
+            }
+            Some(Doc { fragment, .. }) => Err(PackError::State(format!("asked for {wanted}, got {fragment}"))),
+            None => Err(PackError::State(format!("{wanted} is empty: a packed piece never is"))),
+        }
+    }
+}
+
+/// Rebuilds the row with `lineage` from exactly its pieces, through [`assemble`].
+pub(crate) fn rebuild(config: &PackConfig, lineage: &Lineage, input: &mut dyn RebuildInput) -> Result<Record, OpError> {
+    let fragments = lineage.fragments();
+    if fragments.is_empty() || fragments.len() > config.max_segments {
+        // Refused before reading anything back; `assemble` would refuse it too.
+        let s = config.max_segments;
+        return Err(PackError::State(format!("a row has 1 to {s} segments, not {}", fragments.len())).into());
+    }
+    let mut row = OpenRow::new(config);
+    for &f in fragments {
+        let piece = input.exact(&Lineage::single(f))?;
+        row.push_restored(f, piece, config)?;
+    }
+    Ok(row.into_record(config)?)
+}
+
+/// The row made of `fragments`, whose tokens are `tokens` in order. Fails, rather than
+/// panicking, on a shape this packer never produces (a lineage from a foreign checkpoint).
+pub(crate) fn assemble(config: &PackConfig, fragments: &[Fragment], tokens: Vec<u32>) -> Result<Record, PackError> {
+    let (t, s) = (config.seq_len, config.max_segments);
+    if fragments.is_empty() || fragments.len() > s {
+        return Err(PackError::State(format!("a row has 1 to {s} segments, not {}", fragments.len())));
+    }
+    let mut lens = Vec::with_capacity(fragments.len());
+    for f in fragments {
+        match f.end.checked_sub(f.start) {
+            Some(n) if n > 0 => lens.push(n as usize),
+            _ => return Err(PackError::State(format!("a row segment is never empty or reversed: {f}"))),
+        }
+    }
+    let total: usize = lens.iter().sum();
+    if total != tokens.len() || total > t {
+        let n = tokens.len();
+        return Err(PackError::State(format!("segments of {total} positions with {n} tokens do not fit a row of {t}")));
+    }
+
+    let mut input_ids = tokens;
+    input_ids.resize(t, config.pad_id);
+    let mut labels = vec![config.ignore_index; t];
+    let mut positions = vec![0i32; t];
+    let mut segment_ids = vec![0i32; t];
+    let mut loss_mask = vec![0u8; t];
+    let mut cu_seqlens = Vec::with_capacity(s + 2);
+    cu_seqlens.push(0i32);
+    let mut max_seqlen = 0;
+    let mut at = 0;
+    // Every index below is < total ≤ T ≤ i32::MAX (checked by the config), so the casts are exact.
+    for (seg, &len) in lens.iter().enumerate() {
+        for p in 0..len {
+            let i = at + p;
+            positions[i] = p as i32;
+            segment_ids[i] = seg as i32 + 1;
+            if p + 1 < len {
+                labels[i] = input_ids[i + 1] as i32;
+                loss_mask[i] = 1;
+            }
+        }
+        at += len;
+        cu_seqlens.push(at as i32);
+        max_seqlen = max_seqlen.max(len);
+    }
+    if at < t {
+        cu_seqlens.push(t as i32);
+        max_seqlen = max_seqlen.max(t - at);
+    }
+    cu_seqlens.resize(s + 2, t as i32);
+
+    let mut lineage = Lineage::default();
+    for f in fragments {
+        lineage.push(*f);
+    }
+    let array = |a: Array| Value::Array(a);
+    let record = Record::new(lineage)
+        .with(&Field::new(INPUT_IDS), array(Array::U32(input_ids)))
+        .with(&Field::new(LABELS), array(Array::I32(labels)))
+        .with(&Field::new(POSITIONS), array(Array::I32(positions)))
+        .with(&Field::new(SEGMENT_IDS), array(Array::I32(segment_ids)))
+        .with(&Field::new(CU_SEQLENS), array(Array::I32(cu_seqlens)))
+        .with(&Field::new(MAX_SEQLEN), Value::Int(max_seqlen as i64))
+        .with(&Field::new(LOSS_MASK), array(Array::U8(loss_mask)))
+        .with(&Field::new(NUM_TOKENS), Value::Int(total as i64));
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Algorithm;
+    use zephon_core::SampleId;
+
+    fn frag(row: u64, start: u32, end: u32) -> Fragment {
+        Fragment { sample: SampleId::new(0, 0, row), start, end }
+    }
+
+    fn get<'a>(r: &'a Record, name: &str) -> &'a Value {
+        r.get(name).unwrap()
+    }
+
+    #[test]
+    fn lays_out_two_segments_and_padding() {
+        let config = PackConfig { pad_id: 9, max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) };
+        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21]).unwrap();
+        assert_eq!(get(&r, INPUT_IDS), &Value::Array(Array::U32(vec![10, 11, 12, 20, 21, 9, 9, 9])));
+        assert_eq!(get(&r, LABELS), &Value::Array(Array::I32(vec![11, 12, -100, 21, -100, -100, -100, -100])));
+        assert_eq!(get(&r, POSITIONS), &Value::Array(Array::I32(vec![0, 1, 2, 0, 1, 0, 0, 0])));
+        assert_eq!(get(&r, SEGMENT_IDS), &Value::Array(Array::I32(vec![1, 1, 1, 2, 2, 0, 0, 0])));
+        assert_eq!(get(&r, CU_SEQLENS), &Value::Array(Array::I32(vec![0, 3, 5, 8, 8])));
+        assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(3));
+        assert_eq!(get(&r, LOSS_MASK), &Value::Array(Array::U8(vec![1, 1, 0, 1, 0, 0, 0, 0])));
+        assert_eq!(get(&r, NUM_TOKENS), &Value::Int(5));
+        assert_eq!(r.lineage().fragments(), &[frag(1, 0, 3), frag(2, 5, 7)]);
+    }
+
+    #[test]
+    fn full_row_has_no_padding_sequence() {
+        let config = PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 4) };
+        let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4]).unwrap();
+        assert_eq!(get(&r, CU_SEQLENS), &Value::Array(Array::I32(vec![0, 4, 4, 4])));
+        assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(4));
+        // A long padding run is the longest sequence.
+        let r = assemble(&config, &[frag(1, 0, 1)], vec![1]).unwrap();
+        assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(3));
+    }
+
+    #[test]
+    fn refuses_shapes_it_never_makes() {
+        let config = PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 4) };
+        assert!(assemble(&config, &[], vec![]).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3]).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5]).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1]).is_err());
+        assert!(assemble(&config, &[frag(1, 2, 2)], vec![]).is_err());
+        assert!(assemble(&config, &[frag(1, 3, 2)], vec![]).is_err());
+    }
+}

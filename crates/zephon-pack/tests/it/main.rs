@@ -1,0 +1,7 @@
+//! zephon-pack's integration tests, one binary.
+
+mod common;
+mod engine;
+mod fill;
+mod layout;
+mod restore;

@@ -1,0 +1,22 @@
+//! Tokenization for zephon: any Hugging Face `tokenizer.json` as a stateless operator.
+//!
+//! The one design decision: **tokenizing is the stateless part**. [`Tokenize`] is a pure
+//! function of one document, so the engine runs it on every core, in any order, and again
+//! during a restore; it is where the pipeline's CPU goes. The tokenizer's own parallelism is
+//! never used (one document per call), so it cannot oversubscribe the engine's threads.
+//!
+//! A tokenized document's sequence axis is its token positions: its lineage becomes
+//! `(sample, 0..n)`, and a long document split into pieces gives each piece its own range, so
+//! packers downstream can cut and checkpoint by token range.
+//!
+//! What this crate is not: it packs nothing (`zephon-pack`) and does not train tokenizers; it
+//! loads them. The tokenizer file's SHA-256 is part of the operator's fingerprint, so a
+//! checkpoint never restores under another tokenizer.
+
+#![deny(missing_docs)]
+
+mod tokenize;
+mod tokenizer;
+
+pub use tokenize::{LongDocuments, Tokenize};
+pub use tokenizer::{Error, Tokenizer};

@@ -1,0 +1,165 @@
+//! The tokenize operator.
+
+use zephon_core::{Array, Field, Fragment, Lineage, OpError, Operator, Record, Value};
+
+use crate::tokenizer::{Error, Tokenizer};
+
+/// What to do with a document longer than a limit.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LongDocuments {
+    /// Keep it whole (packers downstream split it).
+    Keep,
+    /// Cut it into pieces of at most `max_tokens`, each its own record (lineage ranges
+    /// `0..m`, `m..2m`, ...).
+    Split {
+        /// Tokens per piece.
+        max_tokens: usize,
+    },
+    /// Keep the first `max_tokens` tokens, drop the rest.
+    Truncate {
+        /// Tokens kept.
+        max_tokens: usize,
+    },
+}
+
+/// Tokenizes a text field into a `tokens` field (`Seq` of `u32`), adding BOS/EOS if set.
+///
+/// The text field is removed (its bytes are no longer needed downstream); other fields stay.
+#[derive(Clone, Debug)]
+pub struct Tokenize {
+    tokenizer: Tokenizer,
+    field: Field,
+    output: Field,
+    bos: Option<(String, u32)>,
+    eos: Option<(String, u32)>,
+    long: LongDocuments,
+}
+
+impl Tokenize {
+    /// Tokenizes field `text` into field `tokens`, no special tokens, long documents kept.
+    pub fn new(tokenizer: Tokenizer) -> Self {
+        Tokenize {
+            tokenizer,
+            field: Field::new("text"),
+            output: Field::new("tokens"),
+            bos: None,
+            eos: None,
+            long: LongDocuments::Keep,
+        }
+    }
+
+    /// Reads the text from field `name`.
+    #[must_use]
+    pub fn field(mut self, name: &str) -> Self {
+        self.field = Field::new(name);
+        self
+    }
+
+    /// Prepends `token` to every document.
+    pub fn bos(mut self, token: &str) -> Result<Self, Error> {
+        self.bos = Some((token.to_string(), self.tokenizer.token_id(token)?));
+        Ok(self)
+    }
+
+    /// Appends `token` to every document.
+    pub fn eos(mut self, token: &str) -> Result<Self, Error> {
+        self.eos = Some((token.to_string(), self.tokenizer.token_id(token)?));
+        Ok(self)
+    }
+
+    /// Sets the long-document policy.
+    pub fn long_documents(mut self, policy: LongDocuments) -> Result<Self, Error> {
+        if matches!(policy, LongDocuments::Split { max_tokens: 0 } | LongDocuments::Truncate { max_tokens: 0 }) {
+            return Err(Error::Config("max_tokens must be at least 1".into()));
+        }
+        self.long = policy;
+        Ok(self)
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The id appended to every document, if any.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos.as_ref().map(|e| e.1)
+    }
+}
+
+impl Operator for Tokenize {
+    fn name(&self) -> &str {
+        "tokenize"
+    }
+
+    fn fingerprint(&self) -> String {
+        format!(
+            "tokenizer_sha256={} field={} output={} bos={:?} eos={:?} long={:?}",
+            self.tokenizer.sha256(),
+            self.field,
+            self.output,
+            self.bos,
+            self.eos,
+            self.long
+        )
+    }
+
+    fn describe(&self) -> String {
+        let special =
+            |s: &Option<(String, u32)>| s.as_ref().map_or("none".to_string(), |(t, id)| format!("{t} ({id})"));
+        format!(
+            "{} (sha256 {}…), field {:?} → {:?}, BOS {}, EOS {}, long documents {:?}",
+            self.tokenizer.source(),
+            &self.tokenizer.sha256()[..12],
+            self.field.as_str(),
+            self.output.as_str(),
+            special(&self.bos),
+            special(&self.eos),
+            self.long
+        )
+    }
+
+    fn apply(&self, mut record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        let text = match record.take(self.field.as_str()) {
+            Some(Value::Str(t)) => t,
+            Some(_) => return Err(OpError::Data(format!("field {:?} is not text", self.field.as_str()))),
+            None => return Err(OpError::Data(format!("no field {:?}", self.field.as_str()))),
+        };
+        let sample = record
+            .lineage()
+            .as_single()
+            .map(|f| f.sample)
+            .ok_or_else(|| OpError::Fatal("tokenize expects records read from storage (one sample each)".into()))?;
+        let body = self.tokenizer.encode(&text).map_err(|e| OpError::Data(format!("tokenizer failed: {e}")))?;
+        let mut ids = Vec::with_capacity(body.len() + 2);
+        ids.extend(self.bos.as_ref().map(|b| b.1));
+        ids.extend_from_slice(&body);
+        ids.extend(self.eos.as_ref().map(|e| e.1));
+        if ids.is_empty() {
+            return Err(OpError::Data("the document has no tokens".into()));
+        }
+        if ids.len() > u32::MAX as usize {
+            return Err(OpError::Data(format!("{} tokens is more than a record can address", ids.len())));
+        }
+        let piece = |record: &Record, start: usize, ids: Vec<u32>| {
+            let mut r = record.clone();
+            let end = start + ids.len();
+            r.set_lineage(Lineage::single(Fragment { sample, start: start as u32, end: end as u32 }));
+            r.set(&self.output, Value::Seq(Array::U32(ids)));
+            r
+        };
+        match self.long {
+            LongDocuments::Split { max_tokens } if ids.len() > max_tokens => {
+                for (i, chunk) in ids.chunks(max_tokens).enumerate() {
+                    out.push(piece(&record, i * max_tokens, chunk.to_vec()));
+                }
+            }
+            LongDocuments::Truncate { max_tokens } if ids.len() > max_tokens => {
+                ids.truncate(max_tokens);
+                out.push(piece(&record, 0, ids));
+            }
+            _ => out.push(piece(&record, 0, ids)),
+        }
+        Ok(())
+    }
+}

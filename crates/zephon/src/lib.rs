@@ -1,0 +1,44 @@
+//! zephon: elastically deterministic data loading for foundation-model training.
+//!
+//! Every global batch is a pure function of configuration and seed: the same bytes at any GPU
+//! count, thread count or microbatch size, and after any number of restores at other GPU
+//! counts. This crate is the front door: a builder DSL ([`Pipeline`]) and a TOML [`Spec`] that
+//! assemble the workspace's crates —
+//!
+//! - `zephon-core`: lanes, the ordered parallel executor, steps, checkpoints;
+//! - `zephon-io`: JSONL and Parquet shards;
+//! - `zephon-mix`: mixtures, shuffles, epochs, token estimation, `ensure_mixture`;
+//! - `zephon-text` (feature `text`): tokenization;
+//! - `zephon-pack`: packing into rows with flash-attn varlen metadata.
+//!
+//! The one design decision: **the spec is the run's identity.** Everything that changes a byte
+//! of the output (datasets, weights and token estimates, operators and their settings, lanes,
+//! rows per step, seed) is fingerprinted into every checkpoint; everything that does not
+//! (world size, rank, threads, prefetch, microbatch size) is free to change at every restart.
+//!
+//! What this crate is not: a trainer. It hands out steps ([`zephon_core::LocalStep`]) and
+//! columnar batches; tensors are the sink's business.
+
+#![deny(missing_docs)]
+
+mod error;
+mod loader;
+mod mixture;
+mod pipeline;
+mod spec;
+
+pub use error::{Error, Result};
+pub use loader::Loader;
+pub use mixture::{Amount, Dataset, Mixture};
+pub use pipeline::{Pipeline, TOKEN_ESTIMATES};
+pub use spec::Spec;
+
+pub use zephon_core::{
+    self as core, BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, Record, SampleId, Step, Tail,
+    Topology, Value, step_fingerprint,
+};
+pub use zephon_io::{self as io, Fields};
+pub use zephon_mix::{self as mix, EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
+pub use zephon_pack::{self as pack, Algorithm, LongDocs, Pack, PackConfig};
+#[cfg(feature = "text")]
+pub use zephon_text::{self as text, LongDocuments, Tokenize, Tokenizer};

@@ -1,0 +1,143 @@
+//! What to train on: datasets on disk, their weights or token shares, and the order.
+
+use std::path::PathBuf;
+
+use zephon_io::{DatasetOptions, Fields};
+use zephon_mix::{EstimateConfig, Exhaustion, Order, SourceConfig};
+
+/// How much of the mixture a dataset is.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Amount {
+    /// A share of the *tokens* (planned through token estimation with the pipeline's
+    /// tokenizer, and kept on target by `ensure_mixture`).
+    Share(f64),
+    /// A weight on *samples*.
+    Weight(f64),
+}
+
+/// One dataset of a mixture: a shard file or folder, with its amount and fields.
+#[derive(Clone, Debug)]
+pub struct Dataset {
+    pub(crate) name: String,
+    pub(crate) path: PathBuf,
+    pub(crate) amount: Amount,
+    pub(crate) options: DatasetOptions,
+}
+
+impl Dataset {
+    /// The dataset `name` at `path` (a `.jsonl[.gz|.zst]`/`.parquet` file or a folder of them),
+    /// weight 1 on samples until set.
+    pub fn new(name: &str, path: impl Into<PathBuf>) -> Self {
+        Dataset {
+            name: name.to_string(),
+            path: path.into(),
+            amount: Amount::Weight(1.0),
+            options: DatasetOptions::default(),
+        }
+    }
+
+    /// Its share of the tokens.
+    #[must_use]
+    pub fn share(mut self, share: f64) -> Self {
+        self.amount = Amount::Share(share);
+        self
+    }
+
+    /// Its weight on samples.
+    #[must_use]
+    pub fn weight(mut self, weight: f64) -> Self {
+        self.amount = Amount::Weight(weight);
+        self
+    }
+
+    /// The field holding the text (default `text`).
+    #[must_use]
+    pub fn text_field(mut self, field: &str) -> Self {
+        self.options.fields.text = Some(field.to_string());
+        self
+    }
+
+    /// All field settings.
+    #[must_use]
+    pub fn fields(mut self, fields: Fields) -> Self {
+        self.options.fields = fields;
+        self
+    }
+
+    /// Where JSONL indexes are cached.
+    #[must_use]
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.options.cache_dir = Some(dir.into());
+        self
+    }
+}
+
+/// The work source of a pipeline: datasets, amounts and order.
+#[derive(Clone, Debug, Default)]
+pub struct Mixture {
+    pub(crate) datasets: Vec<Dataset>,
+    pub(crate) config: SourceConfig,
+    pub(crate) seed: Option<u64>,
+    pub(crate) estimate: EstimateConfig,
+}
+
+impl Mixture {
+    /// An empty mixture: repeat forever, shuffled shards and rows, chunks of 256 samples.
+    pub fn new() -> Self {
+        Mixture::default()
+    }
+
+    /// Adds a dataset.
+    #[must_use]
+    pub fn dataset(mut self, dataset: Dataset) -> Self {
+        self.datasets.push(dataset);
+        self
+    }
+
+    /// Samples per chunk (the unit dealt to lanes).
+    #[must_use]
+    pub fn chunk_size(mut self, samples: u32) -> Self {
+        self.config.chunk_size = samples;
+        self
+    }
+
+    /// Row order within each pass.
+    #[must_use]
+    pub fn order(mut self, order: Order) -> Self {
+        self.config.order = order;
+        self
+    }
+
+    /// What happens when a dataset has been read `passes` times.
+    #[must_use]
+    pub fn exhaustion(mut self, exhaustion: Exhaustion, passes: u64) -> Self {
+        self.config.exhaustion = exhaustion;
+        self.config.passes = passes;
+        self
+    }
+
+    /// The seed of shuffles and the deal (default: the pipeline's seed).
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// How token estimation samples (only used with token shares).
+    #[must_use]
+    pub fn estimate(mut self, config: EstimateConfig) -> Self {
+        self.estimate = config;
+        self
+    }
+
+    /// Token shares by dataset, if the mixture is by tokens.
+    pub(crate) fn token_shares(&self) -> Option<Vec<f64>> {
+        self.datasets
+            .iter()
+            .map(|d| match d.amount {
+                Amount::Share(s) => Some(s),
+                Amount::Weight(_) => None,
+            })
+            .collect()
+    }
+}

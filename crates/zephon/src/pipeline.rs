@@ -1,0 +1,371 @@
+//! The builder DSL: a mixture, then operators, then `build` at a topology.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use zephon_core::{
+    BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, Tail, Topology, checkpoint,
+};
+use zephon_mix::{EnsureMixture, MixtureSource, Shuffle, TokenEstimate, weights_for_token_shares};
+use zephon_pack::Pack;
+
+use crate::error::{Error, Result};
+use crate::loader::Loader;
+use crate::mixture::{Amount, Mixture};
+
+/// The metadata key under which token estimates travel in checkpoints.
+pub const TOKEN_ESTIMATES: &str = "token-estimates";
+
+/// One step of the pipeline as the builder holds it.
+#[derive(Clone)]
+enum Stage {
+    #[cfg(feature = "text")]
+    Tokenize(zephon_text::Tokenize),
+    EnsureMixture {
+        slack_tokens: u64,
+        hold: usize,
+    },
+    Pack(Pack),
+    Shuffle(usize),
+    Custom(Arc<dyn Operator>),
+}
+
+/// A pipeline under construction: what to train on (a [`Mixture`]) and how stored samples
+/// become rows (operators, in order). `build` opens the data and starts the engine for one
+/// rank; `restore` continues from a checkpoint at any world size.
+///
+/// ```no_run
+/// use zephon::*;
+/// let tokenizer = Tokenizer::from_file("tokenizer.json".as_ref())?;
+/// let mixture = Mixture::new()
+///     .dataset(Dataset::new("a", "corpora/a/jsonl").share(0.5))
+///     .dataset(Dataset::new("b", "corpora/b/jsonl").share(0.5));
+/// let mut loader = Pipeline::new(mixture)
+///     .tokenize(Tokenize::new(tokenizer).eos("<|endoftext|>")?.long_documents(LongDocuments::Split { max_tokens: 2048 })?)
+///     .ensure_mixture(4096, 256)
+///     .pack(Pack::new(PackConfig::new(Algorithm::BestFit { bins: 64 }, 2048))?)
+///     .shuffle(64)
+///     .seed(1234)
+///     .build(Topology::from_env(8, 16)?)?;
+/// while let Some(step) = loader.next_step()? {
+///     let batch = step.to_batch()?; // input_ids, labels, positions, segment_ids, cu_seqlens, ...
+/// #   let _ = batch;
+/// }
+/// # Ok::<(), zephon::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Pipeline {
+    mixture: Mixture,
+    stages: Vec<Stage>,
+    seed: u64,
+    bad_records: BadRecords,
+    tail: Tail,
+    exec: ExecOptions,
+}
+
+impl Pipeline {
+    /// A pipeline over `mixture` with no operators yet.
+    pub fn new(mixture: Mixture) -> Self {
+        Pipeline {
+            mixture,
+            stages: Vec::new(),
+            seed: 0,
+            bad_records: BadRecords::Fail,
+            tail: Tail::Drop,
+            exec: ExecOptions::default(),
+        }
+    }
+
+    /// Tokenizes the text field (the parallel, stateless part where the CPU goes).
+    #[cfg(feature = "text")]
+    #[must_use]
+    pub fn tokenize(mut self, tokenize: zephon_text::Tokenize) -> Self {
+        self.stages.push(Stage::Tokenize(tokenize));
+        self
+    }
+
+    /// Keeps realized token shares on the mixture's targets (a per-lane token-deficit
+    /// scheduler; see [`EnsureMixture`]). Needs token shares on the datasets.
+    #[must_use]
+    pub fn ensure_mixture(mut self, slack_tokens: u64, hold: usize) -> Self {
+        self.stages.push(Stage::EnsureMixture { slack_tokens, hold });
+        self
+    }
+
+    /// Packs documents into rows.
+    #[must_use]
+    pub fn pack(mut self, pack: Pack) -> Self {
+        self.stages.push(Stage::Pack(pack));
+        self
+    }
+
+    /// Shuffles records (usually rows) through a buffer of `buffer` per lane.
+    #[must_use]
+    pub fn shuffle(mut self, buffer: usize) -> Self {
+        self.stages.push(Stage::Shuffle(buffer));
+        self
+    }
+
+    /// Appends any operator (third-party operators implement `zephon_core::Operator`).
+    #[must_use]
+    pub fn then(mut self, op: impl Operator) -> Self {
+        self.stages.push(Stage::Custom(Arc::new(op)));
+        self
+    }
+
+    /// The run's seed (shuffles, the chunk deal, accumulators).
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// What to do with malformed records.
+    #[must_use]
+    pub fn bad_records(mut self, policy: BadRecords) -> Self {
+        self.bad_records = policy;
+        self
+    }
+
+    /// What to do when finite data ends mid-step.
+    #[must_use]
+    pub fn tail(mut self, tail: Tail) -> Self {
+        self.tail = tail;
+        self
+    }
+
+    /// Execution settings (threads, prefetch, unit size, snapshot interval): they never change
+    /// the data.
+    #[must_use]
+    pub fn exec(mut self, exec: ExecOptions) -> Self {
+        self.exec = exec;
+        self
+    }
+
+    /// Worker threads.
+    #[must_use]
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.exec.threads = threads;
+        self
+    }
+
+    /// Opens the data and starts this rank's part of the run from the beginning.
+    pub fn build(self, topology: Topology) -> Result<Loader> {
+        let assembled = self.assemble(None)?;
+        let engine = Engine::start(assembled.spec.clone(), topology, self.exec)?;
+        Ok(Loader::new(engine, assembled, self.exec))
+    }
+
+    /// Continues the run from the checkpoint in `dir` at `topology` (any world size dividing
+    /// the lanes). Token estimates come from the checkpoint, never measured again.
+    pub fn restore(self, topology: Topology, dir: &Path) -> Result<Loader> {
+        let metadata = checkpoint::metadata(dir)?;
+        let assembled = self.assemble(Some(&metadata))?;
+        let engine = Engine::restore(assembled.spec.clone(), topology, self.exec, dir)?;
+        Ok(Loader::new(engine, assembled, self.exec))
+    }
+
+    /// The plan, without starting anything: datasets, work source, operators (parallel part
+    /// and per-lane stages), buffers.
+    pub fn explain(&self, topology: &Topology) -> Result<String> {
+        Ok(self.assemble(None)?.describe(topology, &self.exec))
+    }
+
+    /// Opens datasets, plans weights (estimating tokens unless `saved` holds estimates) and
+    /// builds the core run spec.
+    fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>) -> Result<Assembled> {
+        let m = &self.mixture;
+        if m.datasets.is_empty() {
+            return Err(Error::Build("the mixture has no datasets".into()));
+        }
+        let opened = m
+            .datasets
+            .iter()
+            .map(|d| zephon_io::open(&d.name, &d.path, &d.options))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let datasets = Datasets::new(opened);
+        let shares = m.token_shares();
+        let mixed_kinds = shares.is_none() && m.datasets.iter().any(|d| matches!(d.amount, Amount::Share(_)));
+        if mixed_kinds {
+            return Err(Error::Build("give every dataset a token share, or every dataset a sample weight".into()));
+        }
+        let mut metadata = std::collections::BTreeMap::new();
+        let (weights, estimates) = match &shares {
+            Some(shares) => {
+                let estimates = match saved.and_then(|s| s.get(TOKEN_ESTIMATES)) {
+                    Some(json) => serde_json::from_str::<Vec<TokenEstimate>>(json)
+                        .map_err(|e| Error::Build(format!("the checkpoint's token estimates do not parse: {e}")))?,
+                    None => self.estimate(&datasets)?,
+                };
+                metadata.insert(
+                    TOKEN_ESTIMATES.to_string(),
+                    serde_json::to_string(&estimates).map_err(|e| Error::Build(e.to_string()))?,
+                );
+                (weights_for_token_shares(&estimates, shares)?, Some(estimates))
+            }
+            None => (
+                m.datasets
+                    .iter()
+                    .map(|d| match d.amount {
+                        Amount::Weight(w) => w,
+                        Amount::Share(s) => s,
+                    })
+                    .collect(),
+                None,
+            ),
+        };
+        let mut config = m.config;
+        config.seed = m.seed.unwrap_or(self.seed);
+        let source = MixtureSource::new(&datasets.manifests(), &weights, config)?;
+        let mut operators = Operators::new();
+        for stage in &self.stages {
+            operators = operators.then_arc(match stage {
+                #[cfg(feature = "text")]
+                Stage::Tokenize(t) => Arc::new(t.clone()),
+                Stage::EnsureMixture { slack_tokens, hold } => {
+                    let shares = shares.clone().ok_or_else(|| {
+                        Error::Build("ensure_mixture needs token shares on the datasets (Dataset::share)".into())
+                    })?;
+                    Arc::new(EnsureMixture::new(&shares, *slack_tokens, *hold)?)
+                }
+                Stage::Pack(p) => Arc::new(p.clone()),
+                Stage::Shuffle(n) => Arc::new(Shuffle::new(*n)?),
+                Stage::Custom(op) => op.clone(),
+            });
+        }
+        let spec = RunSpec {
+            operators,
+            source: Arc::new(source),
+            datasets,
+            seed: self.seed,
+            bad_records: self.bad_records,
+            tail: self.tail,
+            metadata,
+        };
+        Ok(Assembled { spec, estimates, weights, shares })
+    }
+
+    /// Measures tokens per row with the pipeline's tokenizer, or reuses the estimate cached for
+    /// exactly these datasets, tokenizer and sampling settings (every rank of a launch would
+    /// otherwise measure the same thing; measuring is deterministic, so the cache is too).
+    fn estimate(&self, datasets: &Datasets) -> Result<Vec<TokenEstimate>> {
+        #[cfg(feature = "text")]
+        {
+            let tokenize = self.stages.iter().find_map(|s| match s {
+                Stage::Tokenize(t) => Some(t),
+                _ => None,
+            });
+            if let Some(t) = tokenize {
+                let tokenizer = t.tokenizer().clone();
+                let field = self.mixture.datasets[0].options.fields.text.clone().unwrap_or_else(|| "text".into());
+                let mut cfg = self.mixture.estimate;
+                cfg.seed = self.seed;
+                let key = {
+                    use sha2::Digest as _;
+                    let mut h = sha2::Sha256::new();
+                    h.update(datasets.fingerprint().0);
+                    h.update(tokenizer.sha256().as_bytes());
+                    h.update(format!(
+                        "{field}|{}|{}|{}|{}",
+                        cfg.length_rows, cfg.token_rows, cfg.max_token_bytes, cfg.seed
+                    ));
+                    hex::encode(&h.finalize()[..16])
+                };
+                let cache = estimate_cache_dir().join(format!("{key}.json"));
+                if let Some(saved) = std::fs::read(&cache).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+                    return Ok(saved);
+                }
+                cfg.threads = self.exec.threads.max(1);
+                let count = move |s: &str| tokenizer.count(s);
+                let estimates = zephon_mix::estimate(datasets, &field, &count, cfg)?;
+                if let Ok(json) = serde_json::to_vec(&estimates) {
+                    // A cache that cannot be written only costs a measurement next time.
+                    let tmp = cache.with_extension(format!("tmp.{}", std::process::id()));
+                    let _ = std::fs::create_dir_all(estimate_cache_dir())
+                        .and_then(|_| std::fs::write(&tmp, json))
+                        .and_then(|_| std::fs::rename(&tmp, &cache));
+                }
+                return Ok(estimates);
+            }
+        }
+        let _ = datasets;
+        Err(Error::Build("token shares need a tokenize step to estimate tokens per row (or use sample weights)".into()))
+    }
+}
+
+/// `ZEPHON_CACHE`, else `$XDG_CACHE_HOME/zephon`, else `~/.cache/zephon`; `estimates/` in it.
+fn estimate_cache_dir() -> std::path::PathBuf {
+    let base = std::env::var_os("ZEPHON_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(|c| std::path::PathBuf::from(c).join("zephon"))
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/zephon")))
+            .unwrap_or_else(std::env::temp_dir)
+    });
+    base.join("estimates")
+}
+
+/// A pipeline with its data opened and its weights planned.
+pub(crate) struct Assembled {
+    pub spec: RunSpec,
+    pub estimates: Option<Vec<TokenEstimate>>,
+    pub weights: Vec<f64>,
+    pub shares: Option<Vec<f64>>,
+}
+
+impl Assembled {
+    pub fn describe(&self, topology: &Topology, exec: &ExecOptions) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "datasets:");
+        let sum: f64 = self.weights.iter().sum();
+        for (i, m) in self.spec.datasets.manifests().iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "  [{i}] {:<12} {} shard(s), {} rows, {:.1} MB, sample weight {:.4}{}",
+                m.name,
+                m.shards.len(),
+                m.rows(),
+                m.bytes() as f64 / 1e6,
+                self.weights[i] / sum,
+                self.shares
+                    .as_ref()
+                    .map_or(String::new(), |sh| format!(", token share {:.3}", sh[i] / sh.iter().sum::<f64>()))
+            );
+            if let Some(e) = self.estimates.as_ref().and_then(|e| e.get(i)) {
+                let _ = writeln!(
+                    s,
+                    "       estimate: {:.1} bytes/row × {:.4} tokens/byte = {:.1} tokens/row ({} rows measured, {} windows tokenized)",
+                    e.bytes_per_row,
+                    e.tokens_per_byte,
+                    e.tokens_per_row(),
+                    e.rows_measured,
+                    e.rows_tokenized
+                );
+            }
+        }
+        let _ = writeln!(s, "work source: {}", self.spec.source.describe());
+        let _ = writeln!(
+            s,
+            "topology: {} lanes, {} rows per global step ({} per lane), world size {}, rank {} (lanes {:?})",
+            topology.lanes(),
+            topology.global_rows(),
+            topology.rows_per_lane(),
+            topology.world_size(),
+            topology.rank(),
+            topology.owned_range()
+        );
+        let _ = writeln!(s, "operators:");
+        s.push_str(&self.spec.operators.explain());
+        let _ = writeln!(
+            s,
+            "execution: {} worker threads, prefetch {} steps per lane, units of {} samples, snapshots every {} steps",
+            exec.threads, exec.prefetch_steps, exec.unit_samples, exec.snapshot_every
+        );
+        let _ = writeln!(
+            s,
+            "policies: bad records {:?}, tail {:?}, seed {}",
+            self.spec.bad_records, self.spec.tail, self.spec.seed
+        );
+        s
+    }
+}

@@ -1,0 +1,452 @@
+//! The pipeline as a TOML file, so that the command line needs no Rust code.
+//!
+//! Every table refuses unknown keys: a typo is an error naming the key and line, never a
+//! silently ignored setting. Relative paths are relative to the spec file; `~` is the home
+//! directory. The operators run in a fixed order: tokenize, ensure_mixture, pack, shuffle.
+//!
+//! ```toml
+//! seed = 1234
+//! lanes = 8
+//! rows_per_step = 16            # G: rows per global step
+//!
+//! [[dataset]]
+//! name = "a"
+//! path = "corpora/a/jsonl"      # a shard file or a folder of shards
+//! share = 0.5                   # token share (or `weight = ...` for sample weights)
+//!
+//! [[dataset]]
+//! name = "b"
+//! path = "corpora/b/jsonl"
+//! share = 0.5
+//!
+//! [source]
+//! chunk_size = 64
+//! order = "shuffled"            # sequential | shuffled | blocks | global
+//! exhaustion = "repeat"         # repeat | stop | redistribute
+//!
+//! [tokenize]
+//! tokenizer = "tokenizer.json"
+//! eos = "<|endoftext|>"
+//!
+//! [ensure_mixture]
+//! slack_tokens = 4096
+//!
+//! [pack]
+//! algorithm = "best_fit"        # wrap | first_fit | best_fit
+//! seq_len = 2048
+//! pad_id = 50256
+//!
+//! [shuffle]
+//! buffer = 64
+//!
+//! [run]
+//! threads = 2
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use zephon_core::{BadRecords, ExecOptions, Tail, Topology};
+use zephon_io::Fields;
+use zephon_mix::{EstimateConfig, Exhaustion, Order, RowOrder};
+use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
+
+use crate::error::{Error, Result};
+use crate::mixture::{Dataset, Mixture};
+use crate::pipeline::Pipeline;
+
+/// A parsed spec file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// The run's seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// L, the number of lanes (fixed for the life of a run).
+    pub lanes: u32,
+    /// G, rows per global step.
+    pub rows_per_step: u32,
+    /// The datasets.
+    #[serde(rename = "dataset")]
+    pub datasets: Vec<DatasetSpec>,
+    /// The work source.
+    #[serde(default)]
+    pub source: SourceSpec,
+    /// Token estimation sampling.
+    #[serde(default)]
+    pub estimate: Option<EstimateSpec>,
+    /// Tokenization.
+    pub tokenize: Option<TokenizeSpec>,
+    /// The token-share scheduler.
+    pub ensure_mixture: Option<EnsureSpec>,
+    /// Packing.
+    pub pack: Option<PackSpec>,
+    /// The shuffle buffer.
+    pub shuffle: Option<ShuffleSpec>,
+    /// Execution and policies.
+    #[serde(default)]
+    pub run: RunSection,
+    /// The directory relative paths are resolved against (the spec file's).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+/// One `[[dataset]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpec {
+    /// Its name (in errors, plans and provenance).
+    pub name: String,
+    /// A shard file or folder.
+    pub path: String,
+    /// Token share.
+    pub share: Option<f64>,
+    /// Sample weight.
+    pub weight: Option<f64>,
+    /// The text field (default `text`).
+    pub text_field: Option<String>,
+    /// Other fields to carry (ids, sources).
+    #[serde(default)]
+    pub extra_fields: Vec<String>,
+    /// Rows larger than this many bytes are bad records.
+    pub max_row_bytes: Option<u64>,
+    /// Whether empty documents are allowed (default: they are bad records).
+    #[serde(default)]
+    pub allow_empty: bool,
+}
+
+/// `[source]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceSpec {
+    /// Samples per chunk.
+    pub chunk_size: u32,
+    /// `sequential`, `shuffled`, `blocks` or `global`.
+    pub order: String,
+    /// Rows per block for `order = "blocks"`.
+    pub block_size: u64,
+    /// Visit shards in a random order each pass.
+    pub shuffle_shards: bool,
+    /// `repeat`, `stop` or `redistribute`.
+    pub exhaustion: String,
+    /// Passes over each dataset before it is exhausted.
+    pub passes: u64,
+    /// The source's own seed (default: the run's).
+    pub seed: Option<u64>,
+}
+
+impl Default for SourceSpec {
+    fn default() -> Self {
+        SourceSpec {
+            chunk_size: 256,
+            order: "shuffled".into(),
+            block_size: 1000,
+            shuffle_shards: true,
+            exhaustion: "repeat".into(),
+            passes: 1,
+            seed: None,
+        }
+    }
+}
+
+/// `[estimate]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateSpec {
+    /// Rows per dataset whose length is read.
+    pub length_rows: Option<u64>,
+    /// Windows per dataset tokenized.
+    pub token_windows: Option<u64>,
+    /// Bytes per window.
+    pub window_bytes: Option<usize>,
+}
+
+/// `[tokenize]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizeSpec {
+    /// Path of a `tokenizer.json`.
+    pub tokenizer: String,
+    /// Token prepended to each document.
+    pub bos: Option<String>,
+    /// Token appended to each document.
+    pub eos: Option<String>,
+    /// `keep`, `split` or `truncate` (default: `split` at the packer's row length when there is
+    /// a packer, else `keep`).
+    pub long_documents: Option<String>,
+    /// Tokens per piece for `split` and `truncate` (default: the packer's row length).
+    pub max_tokens: Option<usize>,
+}
+
+/// `[ensure_mixture]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnsureSpec {
+    /// Tokens a dataset may run ahead of its share (default 4096).
+    pub slack_tokens: Option<u64>,
+    /// Documents held per lane before the oldest is dropped (default 256).
+    pub hold: Option<usize>,
+}
+
+/// `[pack]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackSpec {
+    /// `wrap`, `first_fit` or `best_fit`.
+    pub algorithm: String,
+    /// Tokens per row.
+    pub seq_len: usize,
+    /// Open rows per lane for the fit algorithms (default 64).
+    pub bins: Option<usize>,
+    /// Documents per row at most.
+    pub max_segments: Option<usize>,
+    /// `split` or `truncate`.
+    pub long_documents: Option<String>,
+    /// Padding token id.
+    pub pad_id: Option<u32>,
+    /// Label of positions without a next token (default -100).
+    pub ignore_index: Option<i32>,
+}
+
+/// `[shuffle]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShuffleSpec {
+    /// Records per lane in the buffer.
+    pub buffer: usize,
+}
+
+/// `[run]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSection {
+    /// Worker threads (default: all cores).
+    pub threads: Option<usize>,
+    /// Steps each lane prepares ahead.
+    pub prefetch_steps: u64,
+    /// Samples per unit of work.
+    pub unit_samples: usize,
+    /// `fail` or `skip`.
+    pub bad_records: String,
+    /// `drop` or `partial`.
+    pub tail: String,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        RunSection {
+            threads: None,
+            prefetch_steps: 2,
+            unit_samples: 16,
+            bad_records: "fail".into(),
+            tail: "drop".into(),
+        }
+    }
+}
+
+impl Spec {
+    /// Reads and parses a spec file.
+    pub fn from_file(path: &Path) -> Result<Spec> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Spec { path: path.display().to_string(), message: e.to_string() })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Spec::parse(&text, &path.display().to_string(), &base)
+    }
+
+    /// Parses spec text; `name` labels errors and `base_dir` anchors relative paths.
+    pub fn parse(text: &str, name: &str, base_dir: &Path) -> Result<Spec> {
+        let mut spec: Spec =
+            toml::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
+        spec.base_dir = base_dir.to_path_buf();
+        spec.check().map_err(|m| Error::Spec { path: name.to_string(), message: m })?;
+        Ok(spec)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.datasets.is_empty() {
+            return Err("at least one [[dataset]] is needed".into());
+        }
+        for d in &self.datasets {
+            match (d.share, d.weight) {
+                (Some(_), Some(_)) => return Err(format!("dataset {}: give `share` or `weight`, not both", d.name)),
+                (None, None) => {
+                    return Err(format!("dataset {}: give a `share` (of tokens) or a `weight` (on samples)", d.name));
+                }
+                _ => {}
+            }
+        }
+        if self.datasets.iter().any(|d| d.share.is_some()) != self.datasets.iter().all(|d| d.share.is_some()) {
+            return Err("give every dataset a `share`, or every dataset a `weight`".into());
+        }
+        Topology::single(self.lanes, self.rows_per_step).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The topology for `world_size` and `rank`.
+    pub fn topology(&self, world_size: u32, rank: u32) -> Result<Topology> {
+        Ok(Topology::new(self.lanes, self.rows_per_step, world_size, rank)?)
+    }
+
+    /// Expands `~` and resolves a relative path against the spec's folder.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let expanded = match path.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(rest),
+            None => PathBuf::from(path),
+        };
+        if expanded.is_absolute() { expanded } else { self.base_dir.join(expanded) }
+    }
+
+    /// Execution settings from `[run]` (threads default to the machine's cores).
+    pub fn exec(&self) -> ExecOptions {
+        let mut e = ExecOptions::default();
+        if let Some(t) = self.run.threads {
+            e.threads = t;
+        }
+        e.prefetch_steps = self.run.prefetch_steps;
+        e.unit_samples = self.run.unit_samples;
+        e
+    }
+
+    /// The pipeline the spec describes (opens nothing yet).
+    pub fn pipeline(&self) -> Result<Pipeline> {
+        let bad = |m: String| Error::Spec { path: "spec".into(), message: m };
+        let mut mixture = Mixture::new();
+        for d in &self.datasets {
+            let mut ds = Dataset::new(&d.name, self.resolve(&d.path)).fields(Fields {
+                text: Some(d.text_field.clone().unwrap_or_else(|| "text".into())),
+                extra: d.extra_fields.clone(),
+                allow_empty: d.allow_empty,
+                max_row_bytes: d.max_row_bytes,
+            });
+            ds = match (d.share, d.weight) {
+                (Some(s), _) => ds.share(s),
+                (_, Some(w)) => ds.weight(w),
+                _ => ds,
+            };
+            mixture = mixture.dataset(ds);
+        }
+        let src = &self.source;
+        let rows = match src.order.as_str() {
+            "sequential" => RowOrder::Sequential,
+            "shuffled" => RowOrder::Shuffled,
+            "blocks" => RowOrder::Blocks { size: src.block_size },
+            "global" => RowOrder::Global,
+            other => {
+                return Err(bad(format!(
+                    "[source] order = {other:?}: expected sequential, shuffled, blocks or global"
+                )));
+            }
+        };
+        let exhaustion = match src.exhaustion.as_str() {
+            "repeat" => Exhaustion::Repeat,
+            "stop" => Exhaustion::Stop,
+            "redistribute" => Exhaustion::Redistribute,
+            other => {
+                return Err(bad(format!("[source] exhaustion = {other:?}: expected repeat, stop or redistribute")));
+            }
+        };
+        mixture = mixture
+            .chunk_size(src.chunk_size)
+            .order(Order { shuffle_shards: src.shuffle_shards, rows })
+            .exhaustion(exhaustion, src.passes);
+        if let Some(seed) = src.seed {
+            mixture = mixture.seed(seed);
+        }
+        if let Some(e) = &self.estimate {
+            let d = EstimateConfig::default();
+            mixture = mixture.estimate(EstimateConfig {
+                length_rows: e.length_rows.unwrap_or(d.length_rows),
+                token_rows: e.token_windows.unwrap_or(d.token_rows),
+                max_token_bytes: e.window_bytes.unwrap_or(d.max_token_bytes),
+                ..d
+            });
+        }
+
+        let bad_records = match self.run.bad_records.as_str() {
+            "fail" => BadRecords::Fail,
+            "skip" => BadRecords::Skip,
+            other => return Err(bad(format!("[run] bad_records = {other:?}: expected fail or skip"))),
+        };
+        let tail = match self.run.tail.as_str() {
+            "drop" => Tail::Drop,
+            "partial" => Tail::Partial,
+            other => return Err(bad(format!("[run] tail = {other:?}: expected drop or partial"))),
+        };
+        let mut p = Pipeline::new(mixture).seed(self.seed).bad_records(bad_records).tail(tail).exec(self.exec());
+
+        let seq_len = self.pack.as_ref().map(|p| p.seq_len);
+        if let Some(t) = &self.tokenize {
+            p = p.tokenize(self.tokenize_op(t, seq_len)?);
+        }
+        if let Some(e) = &self.ensure_mixture {
+            p = p.ensure_mixture(e.slack_tokens.unwrap_or(4096), e.hold.unwrap_or(256));
+        }
+        if let Some(pk) = &self.pack {
+            let algorithm = match pk.algorithm.as_str() {
+                "wrap" => Algorithm::Wrap,
+                "first_fit" => Algorithm::FirstFit { bins: pk.bins.unwrap_or(64) },
+                "best_fit" => Algorithm::BestFit { bins: pk.bins.unwrap_or(64) },
+                other => {
+                    return Err(bad(format!("[pack] algorithm = {other:?}: expected wrap, first_fit or best_fit")));
+                }
+            };
+            let mut config = PackConfig::new(algorithm, pk.seq_len);
+            if let Some(m) = pk.max_segments {
+                config.max_segments = m;
+            }
+            config.long = match pk.long_documents.as_deref().unwrap_or("split") {
+                "split" => LongDocs::Split,
+                "truncate" => LongDocs::Truncate,
+                other => return Err(bad(format!("[pack] long_documents = {other:?}: expected split or truncate"))),
+            };
+            if let Some(id) = pk.pad_id {
+                config.pad_id = id;
+            }
+            if let Some(i) = pk.ignore_index {
+                config.ignore_index = i;
+            }
+            p = p.pack(Pack::new(config)?);
+        }
+        if let Some(s) = &self.shuffle {
+            p = p.shuffle(s.buffer);
+        }
+        Ok(p)
+    }
+
+    #[cfg(feature = "text")]
+    fn tokenize_op(&self, t: &TokenizeSpec, seq_len: Option<usize>) -> Result<zephon_text::Tokenize> {
+        use zephon_text::{LongDocuments, Tokenize, Tokenizer};
+        let tokenizer = Tokenizer::from_file(&self.resolve(&t.tokenizer))?;
+        let mut op = Tokenize::new(tokenizer).field(self.datasets[0].text_field.as_deref().unwrap_or("text"));
+        if let Some(b) = &t.bos {
+            op = op.bos(b)?;
+        }
+        if let Some(e) = &t.eos {
+            op = op.eos(e)?;
+        }
+        let max = t.max_tokens.or(seq_len);
+        let policy = match (t.long_documents.as_deref(), max) {
+            (None, Some(m)) | (Some("split"), Some(m)) => LongDocuments::Split { max_tokens: m },
+            (Some("truncate"), Some(m)) => LongDocuments::Truncate { max_tokens: m },
+            (None, None) | (Some("keep"), _) => LongDocuments::Keep,
+            (Some("split" | "truncate"), None) => {
+                return Err(Error::Spec {
+                    path: "spec".into(),
+                    message: "[tokenize] long_documents needs max_tokens (or a [pack] section)".into(),
+                });
+            }
+            (Some(other), _) => {
+                return Err(Error::Spec {
+                    path: "spec".into(),
+                    message: format!("[tokenize] long_documents = {other:?}: expected keep, split or truncate"),
+                });
+            }
+        };
+        Ok(op.long_documents(policy)?)
+    }
+
+    #[cfg(not(feature = "text"))]
+    fn tokenize_op(&self, _: &TokenizeSpec, _: Option<usize>) -> Result<()> {
+        Err(Error::Build("this build has no `text` feature: [tokenize] is unavailable".into()))
+    }
+}

@@ -1,0 +1,59 @@
+//! The TOML spec: valid files parse, mistakes are errors that say where.
+
+use zephon::Spec;
+
+use crate::*;
+
+const PACK: &str = "\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 512\npad_id = 50256\n";
+
+#[test]
+fn a_valid_spec_parses_and_explains() {
+    let spec = parse(&spec_text("jsonl", 8, 16, "", PACK));
+    assert_eq!((spec.lanes, spec.rows_per_step, spec.seed), (8, 16, 99));
+    let text = spec.pipeline().unwrap().explain(&spec.topology(2, 1).unwrap()).unwrap();
+    for want in
+        ["datasets:", "[0] a", "[1] b", "tokens/row", "tokenize", "pack", "lanes 4..8", "accumulator", "parallel"]
+    {
+        assert!(text.contains(want), "explain lacks {want:?}:\n{text}");
+    }
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_the_key() {
+    let top = spec_text("jsonl", 8, 16, "colour = \"blue\"", PACK);
+    let e = Spec::parse(&top, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("s.toml") && e.contains("colour"), "{e}");
+    let nested = spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"wrap\"\nseq_len = 512\nsequence_length = 3\n");
+    let e = Spec::parse(&nested, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("sequence_length") && e.contains("line"), "{e}");
+}
+
+#[test]
+fn invalid_values_are_errors() {
+    let bad_lanes = spec_text("jsonl", 8, 12, "", PACK);
+    let e = Spec::parse(&bad_lanes, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("multiple of the lane count"), "{e}");
+    let spec = parse(&spec_text("jsonl", 8, 16, "", PACK));
+    let e = spec.topology(3, 0).unwrap_err().to_string();
+    assert!(e.contains("world size (3) must divide the lane count (8)"), "{e}");
+    let both = spec_text("jsonl", 8, 16, "", PACK).replacen("share = 0.5", "share = 0.5\nweight = 1.0", 1);
+    assert!(Spec::parse(&both, "s", "/".as_ref()).unwrap_err().to_string().contains("not both"));
+    let algo = spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"tightest\"\nseq_len = 512\n");
+    let e = parse(&algo).pipeline().err().unwrap().to_string();
+    assert!(e.contains("tightest") && e.contains("best_fit"), "{e}");
+}
+
+#[test]
+fn a_tokenizer_file_that_does_not_parse_names_the_file() {
+    let dir = tmp();
+    let bad = write(dir.path(), "tokenizer.json", "{\"model\": \"not really\"}");
+    let text = spec_text("jsonl", 8, 16, "", PACK).replace(
+        &zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json").display().to_string(),
+        &bad.display().to_string(),
+    );
+    let e = parse(&text).pipeline().err().unwrap().to_string();
+    assert!(e.contains(&bad.display().to_string()) && e.contains("not a valid tokenizer.json"), "{e}");
+    let unknown = spec_text("jsonl", 8, 16, "", PACK).replace("eos = \"<|endoftext|>\"", "eos = \"<|nope|>\"");
+    let e = parse(&unknown).pipeline().err().unwrap().to_string();
+    assert!(e.contains("no token \"<|nope|>\""), "{e}");
+}
