@@ -64,7 +64,8 @@ def common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--weight-a", type=float, default=0.5)
     ap.add_argument("--tokenizer", required=True, help="path to HF tokenizer.json")
     ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=16,
+                    help="global batch: rows of --seq-len tokens per step")
     ap.add_argument("--steps", type=int, default=50, help="batches in the main run")
     ap.add_argument("--workers", type=int, default=0,
                     help="parallel workers (processes or threads, see --worker-kind); 0 = inline")
@@ -72,7 +73,9 @@ def common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--packing", choices=("wrap", "first_fit"), default="wrap",
                     help="wrap = concat-then-split (no padding); first_fit = bin packing with padding")
     ap.add_argument("--num-bins", type=int, default=16, help="first_fit bins")
-    ap.add_argument("--shuffle-buffer", type=int, default=256, help="packed sequences in the shuffle window")
+    ap.add_argument("--shuffle-buffer", type=int, default=512,
+                    help="packed rows held in shuffle buffers in total (a peer with several lanes or "
+                         "worker pipelines splits it evenly between them)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ckpt-step", type=int, default=None, help="checkpoint after this batch (default steps//2)")
     ap.add_argument("--restore-steps", type=int, default=None,
@@ -127,11 +130,16 @@ class RssSampler:
         self._t.join(timeout=1)
 
 
-def rusage() -> dict[str, int]:
-    # Linux reports ru_maxrss in KiB.
+def rusage() -> dict[str, Any]:
+    # Linux reports ru_maxrss in KiB. CPU time covers this process and the
+    # children it has waited for (worker processes that have exited).
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
-        "ru_maxrss_self_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "ru_maxrss_children_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        "ru_maxrss_self_bytes": me.ru_maxrss * 1024,
+        "ru_maxrss_children_bytes": ch.ru_maxrss * 1024,
+        "cpu_s_self": round(me.ru_utime + me.ru_stime, 3),
+        "cpu_s_children": round(ch.ru_utime + ch.ru_stime, 3),
     }
 
 

@@ -9,7 +9,7 @@ Pipeline (kept as close as possible to peer_zephon.py):
     packed = experimental.ConcatThenSplitIterDataset(it, length_struct={"input_ids": S})     # wrap
            | experimental.FirstFitPackIterDataset(FlatMapIterDataset(it, SplitLong(S)),
                  length_struct={"input_ids": S}, num_packing_bins=K, shuffle_bins=False)   # first_fit
-    shuffled = experimental.WindowShuffleIterDataset(packed, window_size=W, seed)
+    shuffled = experimental.WindowShuffleIterDataset(packed, window_size=W / num_procs, seed)
     batched  = shuffled.batch(B, drop_remainder=True)
     [batched = batched.mp_prefetch(MultiprocessingOptions(num_workers=N))]   # --worker-kind process
     state: DatasetIterator.get_state() / set_state()
@@ -57,6 +57,9 @@ def extra_args(ap) -> None:
     ap.add_argument("--grain-prefetch-buffer", type=int, default=500, help="ReadOptions.prefetch_buffer_size")
     ap.add_argument("--grain-worker-buffer", type=int, default=2,
                     help="MultiprocessingOptions.per_worker_buffer_size (in batches)")
+    ap.add_argument("--grain-no-state-fix", action="store_true",
+                    help="restore the JSON state as is (shows the remainder_slices bug: the resumed "
+                         "stream diverges, matches_original=false)")
 
 
 def versions() -> dict:
@@ -164,10 +167,10 @@ def _retuple_slices(o):
 
 
 class _Handle:
-    def __init__(self, ds, state) -> None:
+    def __init__(self, ds, state, retuple: bool = True) -> None:
         self.it = iter(ds)
         if state is not None:
-            self.it.set_state(_retuple_slices(state))
+            self.it.set_state(_retuple_slices(state) if retuple else state)
 
     def next_batch(self):
         b = next(self.it)
@@ -203,12 +206,17 @@ def build(args, state):
         pieces = gx.FlatMapIterDataset(it, SplitLong(S))
         packed = gx.FirstFitPackIterDataset(pieces, length_struct={"input_ids": S},
                                             num_packing_bins=args.num_bins, shuffle_bins=False)
-    shuffled = gx.WindowShuffleIterDataset(packed, window_size=args.shuffle_buffer, seed=args.seed)
+    # --shuffle-buffer is the total number of packed rows buffered; with
+    # process workers every worker runs its own copy of the pipeline, so each
+    # gets an equal share (same memory and fill work before the first batch).
+    window = max(1, args.shuffle_buffer // max(1, procs))
+    args.grain_window_per_pipeline = window
+    shuffled = gx.WindowShuffleIterDataset(packed, window_size=window, seed=args.seed)
     batched = shuffled.batch(args.batch_size, drop_remainder=True)
     if procs > 0:
         batched = batched.mp_prefetch(grain.MultiprocessingOptions(
             num_workers=procs, per_worker_buffer_size=args.grain_worker_buffer))
-    return _Handle(batched, state)
+    return _Handle(batched, state, retuple=not args.grain_no_state_fix)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ Pipeline (kept as close as possible to peer_grain.py):
                 [, split_long_samples=True, max_length=S   # first_fit only])
       .pack_flat(S, algorithm="wrap")                         # --packing wrap
       | .pack_flat(S, algorithm="first_fit", num_bins, pad_token_id=EOS)  # --packing first_fit
-      .shuffle(buffer_size=--shuffle-buffer, seed, algorithm="block")
-      .batch(B)
+      .shuffle(buffer_size=--shuffle-buffer / L, seed, algorithm="block")   # per lane
+      .batch(B / L)                                                         # per-lane microbatch
       .options(max_workers=N, worker_allocation="per_stage_fixed", runner=..., canonical_replicas=L)
-    batch.to_training(dtype=np.int64)["input_ids"]  -> [B, S]
+    L consecutive microbatches (one per lane, lane round-robin) -> one global [B, S] step
+    batch.to_training(dtype=np.int64)["input_ids"]
 
 Differences from peer_grain.py (all deliberate or unavoidable):
   * Document order: Zephon shuffles shard order + order within each shard
@@ -80,7 +81,9 @@ def extra_args(ap) -> None:
     ap.add_argument("--zephon-chunk-size", type=int, default=None,
                     help="WorkSource chunk_size (samples per chunk); default zephon's 16384, "
                          "clamped so both datasets can supply a chunk")
-    ap.add_argument("--lanes", type=int, default=1, help="canonical_replicas (lanes)")
+    ap.add_argument("--lanes", type=int, default=8,
+                    help="canonical_replicas (lanes); each lane gets batch_size/lanes rows per step "
+                         "and shuffle_buffer/lanes rows of shuffle buffer")
     ap.add_argument("--zephon-shuffle-algorithm", default="block",
                     choices=("block", "streaming", "block_warmup"))
     ap.add_argument("--zephon-mtp", action="store_true",
@@ -94,16 +97,26 @@ def versions() -> dict:
 
 
 class _Handle:
-    def __init__(self, pipe, pad_id: int) -> None:
+    """One step = one microbatch from each of the ``lanes`` lanes, concatenated.
+
+    With several lanes on one rank Zephon yields per-lane microbatches in lane
+    round-robin order, so ``lanes`` consecutive items are one global batch.
+    """
+
+    def __init__(self, pipe, pad_id: int, lanes: int) -> None:
         self.pipe = pipe
         self.it = iter(pipe)
         self.pad_id = pad_id
+        self.lanes = lanes
 
     def next_batch(self):
-        b = next(self.it)
-        nonpad = sum(len(r.payload["input_ids"]) - (r.meta.padding_length or 0) for r in b.records)
-        t = b.to_training(dtype=np.int64)
-        return t["input_ids"], int(nonpad)
+        parts, nonpad = [], 0
+        for _ in range(self.lanes):
+            b = next(self.it)
+            nonpad += sum(len(r.payload["input_ids"]) - (r.meta.padding_length or 0) for r in b.records)
+            parts.append(b.to_training(dtype=np.int64)["input_ids"])
+        toks = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        return toks, int(nonpad)
 
     def get_state(self) -> dict:
         return self.pipe.checkpoint()
@@ -142,8 +155,14 @@ def build(args, state):
     else:
         p = p.pack_flat(S, algorithm="first_fit", num_bins=args.num_bins, pad_token_id=eos,
                         emit_positions=True)
-    p = p.shuffle(buffer_size=args.shuffle_buffer, seed=args.seed, algorithm=args.zephon_shuffle_algorithm)
-    p = p.batch(args.batch_size)
+    L = args.lanes
+    if args.batch_size % L or args.shuffle_buffer % L:
+        raise SystemExit(f"--batch-size ({args.batch_size}) and --shuffle-buffer ({args.shuffle_buffer}) "
+                         f"must be multiples of --lanes ({L})")
+    args.zephon_microbatch = args.batch_size // L
+    args.zephon_shuffle_buffer_per_lane = args.shuffle_buffer // L
+    p = p.shuffle(buffer_size=args.shuffle_buffer // L, seed=args.seed, algorithm=args.zephon_shuffle_algorithm)
+    p = p.batch(args.batch_size // L)
     opts = dict(canonical_replicas=args.lanes, mtp_mode=bool(args.zephon_mtp))
     if args.workers > 0:
         opts.update(max_workers=args.workers, worker_allocation="per_stage_fixed",
@@ -155,7 +174,7 @@ def build(args, state):
         print(p.explain(), file=sys.stderr)
     if state is not None:
         p.restore(state)
-    return _Handle(p, eos)
+    return _Handle(p, eos, L)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,17 @@ pub struct BenchArgs {
 
 #[derive(serde::Serialize)]
 struct BenchReport {
+    /// Single-thread tokens/s of the `tokenizers` crate (`encode_fast`) on the spec's text.
+    raw_tokenizers_crate_tokens_per_s: f64,
+    /// Single-thread tokens/s of the engine the pipeline uses (zephon-text's fast path for
+    /// byte-level BPE files, else the `tokenizers` crate) on the same text.
+    raw_engine_tokens_per_s: f64,
+    /// Worker threads the pipeline ran with.
+    threads: usize,
+    /// tokens_per_s / (threads × raw_tokenizers_crate_tokens_per_s).
+    efficiency_vs_tokenizers_crate: f64,
+    /// tokens_per_s / (threads × raw_engine_tokens_per_s).
+    efficiency_vs_engine: f64,
     tokens_per_s: f64,
     tokens_per_s_overall: f64,
     ttfb_s: f64,
@@ -37,6 +48,48 @@ fn child(args: &[String]) -> Result<RunReport, CliError> {
     let report_path = args.iter().skip_while(|a| *a != "--report").nth(1).cloned().unwrap_or_default();
     let text = std::fs::read_to_string(&report_path).map_err(|e| CliError::Io(report_path.clone().into(), e))?;
     serde_json::from_str(&text).map_err(|e| CliError::Verify(format!("{report_path}: not a run report: {e}")))
+}
+
+/// Single-thread tokens/s of the `tokenizers` crate and of the pipeline's engine, on about
+/// `budget` bytes of each dataset's text, taken as every k-th row of every shard (so the text
+/// is like the mixture's).
+fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<(f64, f64), CliError> {
+    let t = spec.tokenize.as_ref().ok_or_else(|| CliError::Usage("bench needs a [tokenize] section".into()))?;
+    let tokenizer = zephon::Tokenizer::from_file(&spec.resolve(&t.tokenizer)).map_err(zephon::Error::from)?;
+    let mut texts = Vec::new();
+    for d in &spec.datasets {
+        let ds = zephon::io::open(&d.name, &spec.resolve(&d.path), &Default::default()).map_err(zephon::Error::from)?;
+        let datasets = zephon::core::Datasets::new(vec![ds]);
+        let m = &datasets.manifests()[0];
+        let (rows, bytes) = (m.rows().max(1), m.bytes().max(1));
+        // Rows per sample so that about `budget` bytes are read, spread over all shards.
+        let every = (rows * budget as u64 / bytes).max(1);
+        let step = (rows / every).max(1);
+        let mut taken = 0;
+        for (s, sh) in m.shards.iter().enumerate() {
+            for r in (0..sh.rows).step_by(step as usize) {
+                let rec = datasets.read(&[zephon::SampleId::new(0, s as u32, r)]).remove(0);
+                if let Some(text) =
+                    rec.ok().and_then(|r| r.str(d.text_field.as_deref().unwrap_or("text")).map(String::from))
+                {
+                    taken += text.len();
+                    texts.push(text);
+                }
+            }
+        }
+        let _ = taken;
+    }
+    let time = |f: &dyn Fn(&str) -> Result<usize, String>| -> Result<f64, CliError> {
+        let start = std::time::Instant::now();
+        let mut tokens = 0;
+        for text in &texts {
+            tokens += f(text).map_err(CliError::Verify)?;
+        }
+        Ok(tokens as f64 / start.elapsed().as_secs_f64())
+    };
+    let reference = time(&|s| tokenizer.encode_reference(s).map(|v| v.len()))?;
+    let engine = time(&|s| tokenizer.count(s))?;
+    Ok((reference, engine))
 }
 
 pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
@@ -71,7 +124,16 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     resume.extend(threads);
     eprintln!("bench: restore from step {} in a fresh process", args.checkpoint_at);
     let b = child(&resume)?;
+    let spec_parsed = zephon::Spec::from_file(&args.spec)?;
+    let threads = args.threads.unwrap_or_else(|| spec_parsed.exec().threads);
+    eprintln!("bench: the bare tokenizers on one thread");
+    let (reference, engine) = raw_tokenizer_rates(&spec_parsed, 4 << 20)?;
     let out = BenchReport {
+        raw_tokenizers_crate_tokens_per_s: reference,
+        raw_engine_tokens_per_s: engine,
+        threads,
+        efficiency_vs_tokenizers_crate: a.tokens_per_s / (threads as f64 * reference),
+        efficiency_vs_engine: a.tokens_per_s / (threads as f64 * engine),
         tokens_per_s: a.tokens_per_s,
         tokens_per_s_overall: a.tokens_per_s_overall,
         ttfb_s: a.ttfb_s,

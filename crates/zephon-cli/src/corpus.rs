@@ -133,8 +133,9 @@ fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), String> {
         return Ok(());
     }
     let mut tokenizer = Tokenizer::new(BPE::default());
-    tokenizer.with_pre_tokenizer(Some(ByteLevel::default()));
-    tokenizer.with_decoder(Some(ByteLevel::default()));
+    // GPT-2's settings (no prefix space): the family zephon-text's fast path encodes.
+    tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, true, true)));
+    tokenizer.with_decoder(Some(ByteLevel::new(false, true, true)));
     let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
         .vocab_size(vocab)
         .min_frequency(2)
@@ -157,7 +158,7 @@ pub fn ensure_demo_data() -> Result<PathBuf, String> {
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("zephon")))
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/zephon")))
         .unwrap_or_else(|| std::env::temp_dir().join("zephon"));
-    let dir = base.join("demo-v1");
+    let dir = base.join("demo-v2");
     write_corpus(&dir.join("a"), "notes", 24_000, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
     write_corpus(&dir.join("b"), "essays", 600, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
     train_tokenizer(&dir.join("tokenizer.json"), 4096)?;

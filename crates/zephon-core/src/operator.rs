@@ -76,6 +76,18 @@ pub trait Operator: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The stateless part for a restore that needs only the outputs within positions
+    /// `0..until` of the sample's sequence axis. It may stop early, but every output it
+    /// returns must equal the corresponding output of [`Operator::apply`], and it must return
+    /// every output whose range ends at or before `until`. The default runs `apply`.
+    ///
+    /// Restore uses it so that rebuilding a buffered piece of a long document costs about the
+    /// piece's position in the document, not the whole document.
+    fn apply_prefix(&self, record: Record, until: u32, out: &mut Vec<Record>) -> Result<(), OpError> {
+        let _ = until;
+        self.apply(record, out)
+    }
+
     /// A fresh accumulator for one lane. Called once per owned lane when the engine starts
     /// (and again on restore before `import`). Must return `Some` when [`Operator::kind`]
     /// says the operator accumulates.

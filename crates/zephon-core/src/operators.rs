@@ -161,6 +161,31 @@ pub(crate) fn apply_chain<'a>(
     }
 }
 
+/// [`apply_chain`] for a restore that needs only positions `0..until` (see
+/// `Operator::apply_prefix`).
+pub(crate) fn apply_chain_prefix<'a>(
+    ops: &'a [Arc<dyn Operator>],
+    record: Record,
+    until: u32,
+    out: &mut Vec<Record>,
+) -> Result<(), (&'a str, OpError)> {
+    match ops {
+        [] => {
+            out.push(record);
+            Ok(())
+        }
+        [only] => only.apply_prefix(record, until, out).map_err(|e| (only.name(), e)),
+        [first, rest @ ..] => {
+            let mut mid = Vec::new();
+            first.apply_prefix(record, until, &mut mid).map_err(|e| (first.name(), e))?;
+            for r in mid {
+                apply_chain_prefix(rest, r, until, out)?;
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Picks the record among `candidates` whose lineage covers `wanted`.
 pub(crate) fn take_covering(candidates: Vec<Record>, wanted: &Lineage) -> Result<Record, OpError> {
     let n = candidates.len();

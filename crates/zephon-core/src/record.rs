@@ -108,7 +108,7 @@ pub enum Value {
 /// The positions count in whatever unit the stateless operators give the sample's sequence
 /// axis (tokens after tokenization). A record read from storage and not yet given an axis
 /// has the empty range `0..0`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fragment {
     /// The sample.
     pub sample: SampleId,
@@ -137,6 +137,24 @@ impl Fragment {
     /// Whether `other` lies inside `self` (same sample, contained range).
     pub fn covers(&self, other: &Fragment) -> bool {
         self.sample == other.sample && self.start <= other.start && other.end <= self.end
+    }
+}
+
+/// Checkpoints hold thousands of fragments: each is written as five numbers,
+/// `[dataset, shard, row, start, end]`, not as a keyed object.
+impl Serialize for Fragment {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (self.sample.dataset, self.sample.shard, self.sample.row, self.start, self.end).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fragment {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (dataset, shard, row, start, end) = <(u32, u32, u64, u32, u32)>::deserialize(d)?;
+        if start > end {
+            return Err(serde::de::Error::custom(format!("fragment range {start}..{end} is reversed")));
+        }
+        Ok(Fragment { sample: SampleId::new(dataset, shard, row), start, end })
     }
 }
 

@@ -108,9 +108,10 @@ impl Operator for Tokenize {
         let special =
             |s: &Option<(String, u32)>| s.as_ref().map_or("none".to_string(), |(t, id)| format!("{t} ({id})"));
         format!(
-            "{} (sha256 {}…), field {:?} → {:?}, BOS {}, EOS {}, long documents {:?}",
+            "{} (sha256 {}…, {}), field {:?} → {:?}, BOS {}, EOS {}, long documents {:?}",
             self.tokenizer.source(),
             &self.tokenizer.sha256()[..12],
+            self.tokenizer.engine(),
             self.field.as_str(),
             self.output.as_str(),
             special(&self.bos),
@@ -119,7 +120,26 @@ impl Operator for Tokenize {
         )
     }
 
-    fn apply(&self, mut record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+    fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        self.tokenize(record, None, out)
+    }
+
+    /// Restore needs pieces only up to position `until`: with split or truncated documents,
+    /// tokenizing stops there (byte-level BPE ids of a prefix do not depend on what follows).
+    fn apply_prefix(&self, record: Record, until: u32, out: &mut Vec<Record>) -> Result<(), OpError> {
+        let need = match self.long {
+            LongDocuments::Split { max_tokens } => (until as usize).div_ceil(max_tokens).saturating_mul(max_tokens),
+            LongDocuments::Truncate { max_tokens } => max_tokens,
+            LongDocuments::Keep => return self.tokenize(record, None, out),
+        };
+        self.tokenize(record, Some(need), out)
+    }
+}
+
+impl Tokenize {
+    /// Tokenizes `record`; with `need`, only as far as the first `need` tokens (pieces past
+    /// them are not produced, and a document cut short gets no EOS).
+    fn tokenize(&self, mut record: Record, need: Option<usize>, out: &mut Vec<Record>) -> Result<(), OpError> {
         let text = match record.take(self.field.as_str()) {
             Some(Value::Str(t)) => t,
             Some(_) => return Err(OpError::Data(format!("field {:?} is not text", self.field.as_str()))),
@@ -130,11 +150,18 @@ impl Operator for Tokenize {
             .as_single()
             .map(|f| f.sample)
             .ok_or_else(|| OpError::Fatal("tokenize expects records read from storage (one sample each)".into()))?;
-        let body = self.tokenizer.encode(&text).map_err(|e| OpError::Data(format!("tokenizer failed: {e}")))?;
+        let bos = self.bos.as_ref().map(|b| b.1);
+        let (body, whole) = match need {
+            Some(n) => self.tokenizer.encode_prefix(&text, n.saturating_sub(bos.is_some() as usize)),
+            None => self.tokenizer.encode(&text).map(|ids| (ids, true)),
+        }
+        .map_err(|e| OpError::Data(format!("tokenizer failed: {e}")))?;
         let mut ids = Vec::with_capacity(body.len() + 2);
-        ids.extend(self.bos.as_ref().map(|b| b.1));
+        ids.extend(bos);
         ids.extend_from_slice(&body);
-        ids.extend(self.eos.as_ref().map(|e| e.1));
+        if whole {
+            ids.extend(self.eos.as_ref().map(|e| e.1));
+        }
         if ids.is_empty() {
             return Err(OpError::Data("the document has no tokens".into()));
         }
@@ -149,12 +176,16 @@ impl Operator for Tokenize {
             r
         };
         match self.long {
-            LongDocuments::Split { max_tokens } if ids.len() > max_tokens => {
+            LongDocuments::Split { max_tokens } if ids.len() > max_tokens || !whole => {
                 for (i, chunk) in ids.chunks(max_tokens).enumerate() {
+                    // A document cut short keeps only whole pieces: the last one may be unfinished.
+                    if !whole && chunk.len() < max_tokens {
+                        break;
+                    }
                     out.push(piece(&record, i * max_tokens, chunk.to_vec()));
                 }
             }
-            LongDocuments::Truncate { max_tokens } if ids.len() > max_tokens => {
+            LongDocuments::Truncate { max_tokens } if ids.len() > max_tokens || !whole => {
                 ids.truncate(max_tokens);
                 out.push(piece(&record, 0, ids));
             }

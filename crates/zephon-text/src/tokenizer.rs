@@ -39,9 +39,15 @@ pub enum Error {
 
 /// A Hugging Face tokenizer, shared between threads, identified by the SHA-256 of its
 /// `tokenizer.json`.
+///
+/// Byte-level BPE files (GPT-2 and its kin) are encoded by an exact fast path that produces
+/// ids without `tokenizers`' per-token objects (see [`Tokenizer::engine`]); every other file
+/// by the `tokenizers` crate.
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: Arc<tokenizers::Tokenizer>,
+    fast: Option<Arc<crate::bpe::ByteLevelBpe>>,
+    engine: String,
     sha256: String,
     source: String,
 }
@@ -58,18 +64,45 @@ impl Tokenizer {
     pub fn from_bytes(bytes: &[u8], source: &str) -> Result<Self, Error> {
         let inner = tokenizers::Tokenizer::from_bytes(bytes)
             .map_err(|e| Error::Parse { path: source.to_string(), message: e.to_string() })?;
-        Ok(Tokenizer { inner: Arc::new(inner), sha256: hex::encode(Sha256::digest(bytes)), source: source.to_string() })
+        Ok(Tokenizer::assemble(inner, bytes, source))
+    }
+
+    /// Picks the engine: the fast path when the file is of its family and it agrees with
+    /// `tokenizers` on the self-check text, else `tokenizers`.
+    fn assemble(inner: tokenizers::Tokenizer, bytes: &[u8], source: &str) -> Self {
+        let (fast, engine) = match serde_json::from_slice::<serde_json::Value>(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|json| crate::bpe::build(&json))
+        {
+            Ok(bpe) => {
+                let added: Vec<String> = inner.get_added_tokens_decoder().values().map(|t| t.content.clone()).collect();
+                let agrees = crate::bpe::self_check_texts(&added).iter().all(|text| {
+                    let mut ids = Vec::new();
+                    bpe.encode(text, &mut ids).is_ok()
+                        && inner.encode_fast(text.as_str(), false).is_ok_and(|e| e.get_ids() == ids.as_slice())
+                });
+                if agrees {
+                    (Some(Arc::new(bpe)), "byte-level BPE, exact fast path".to_string())
+                } else {
+                    (None, "tokenizers crate (the fast path disagreed on its self-check)".to_string())
+                }
+            }
+            Err(why) => (None, format!("tokenizers crate (no fast path: {why})")),
+        };
+        Tokenizer {
+            inner: Arc::new(inner),
+            fast,
+            engine,
+            sha256: hex::encode(Sha256::digest(bytes)),
+            source: source.to_string(),
+        }
     }
 
     /// Wraps a tokenizer built in code (its identity is the hash of its serialized form).
     pub fn from_tokenizer(inner: tokenizers::Tokenizer, source: &str) -> Result<Self, Error> {
         let json =
             inner.to_string(false).map_err(|e| Error::Parse { path: source.to_string(), message: e.to_string() })?;
-        Ok(Tokenizer {
-            inner: Arc::new(inner),
-            sha256: hex::encode(Sha256::digest(json.as_bytes())),
-            source: source.to_string(),
-        })
+        Ok(Tokenizer::assemble(inner, json.as_bytes(), source))
     }
 
     /// SHA-256 of the tokenizer's JSON: part of every fingerprint that depends on it.
@@ -94,14 +127,45 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// Which engine encodes: the exact fast path, or the `tokenizers` crate (and why).
+    pub fn engine(&self) -> &str {
+        &self.engine
+    }
+
     /// Token ids of `text`, with no special tokens added.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        match &self.fast {
+            Some(bpe) => {
+                let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+                bpe.encode(text, &mut ids)?;
+                Ok(ids)
+            }
+            None => self.encode_reference(text),
+        }
+    }
+
+    /// At least the first `min` token ids of `text` (all of them when it has fewer), and
+    /// whether the text was encoded to its end. Only the fast path stops early.
+    pub fn encode_prefix(&self, text: &str, min: usize) -> Result<(Vec<u32>, bool), String> {
+        match &self.fast {
+            Some(bpe) => {
+                let mut ids = Vec::with_capacity(min.min(text.len()) + 1);
+                let whole = bpe.encode_until(text, min, &mut ids)?;
+                Ok((ids, whole))
+            }
+            None => self.encode_reference(text).map(|ids| (ids, true)),
+        }
+    }
+
+    /// Token ids of `text` from the `tokenizers` crate, whatever the engine (the reference
+    /// the fast path is checked against).
+    pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, String> {
         self.inner.encode_fast(text, false).map(|e| e.get_ids().to_vec()).map_err(|e| e.to_string())
     }
 
     /// Number of tokens of `text` (for token estimation).
     pub fn count(&self, text: &str) -> Result<usize, String> {
-        self.inner.encode_fast(text, false).map(|e| e.len()).map_err(|e| e.to_string())
+        self.encode(text).map(|ids| ids.len())
     }
 
     /// The underlying `tokenizers` tokenizer.
@@ -112,6 +176,6 @@ impl Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tokenizer({}, sha256 {})", self.source, &self.sha256[..12])
+        write!(f, "Tokenizer({}, sha256 {}, {})", self.source, &self.sha256[..12], self.engine)
     }
 }

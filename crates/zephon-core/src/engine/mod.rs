@@ -547,34 +547,36 @@ impl Engine {
                 )));
             }
         }
-        // Lanes are independent: rebuild them in parallel, `threads` at a time.
-        let jobs: Vec<(LaneSetup, LaneState)> = setups.into_iter().zip(loaded.lanes).collect();
-        let per = jobs.len().div_ceil(opts.threads);
+        // Lanes are independent: rebuild them in parallel. Their costs differ a lot (a lane
+        // holding rows of long documents re-reads more), so threads take lanes from a shared
+        // counter rather than fixed groups.
         let next_step = loaded.next_step;
-        let mut runs: Vec<Result<LaneRun>> = Vec::new();
+        let jobs: Vec<Mutex<Option<(LaneSetup, LaneState)>>> =
+            setups.into_iter().zip(loaded.lanes).map(|j| Mutex::new(Some(j))).collect();
+        let results: Vec<Mutex<Option<Result<LaneRun>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+        let counter = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|scope| {
-            let mut handles = Vec::new();
-            let mut jobs = jobs.into_iter();
-            loop {
-                let batch: Vec<_> = jobs.by_ref().take(per.max(1)).collect();
-                if batch.is_empty() {
-                    break;
-                }
-                let (spec, plan) = (&spec, &plan);
-                handles.push(scope.spawn(move || {
-                    batch
-                        .into_iter()
-                        .map(|(setup, st)| resume_lane(spec, plan, setup, st, next_step))
-                        .collect::<Vec<_>>()
-                }));
-            }
-            for h in handles {
-                match h.join() {
-                    Ok(v) => runs.extend(v),
-                    Err(_) => runs.push(Err(Error::WorkerPanic("a restore thread panicked".into()))),
-                }
+            for _ in 0..opts.threads.min(jobs.len()).max(1) {
+                scope.spawn(|| {
+                    loop {
+                        let i = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(job) = jobs.get(i).and_then(|j| lock(j).take()) else { break };
+                        let (setup, st) = job;
+                        let run = catch_unwind(AssertUnwindSafe(|| resume_lane(&spec, &plan, setup, st, next_step)))
+                            .unwrap_or_else(|_| Err(Error::WorkerPanic("a restore thread panicked".into())));
+                        *lock(&results[i]) = Some(run);
+                    }
+                });
             }
         });
+        let runs: Vec<Result<LaneRun>> = results
+            .into_iter()
+            .map(|r| {
+                r.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(|| Err(Error::WorkerPanic("a lane was not restored".into())))
+            })
+            .collect();
         let runs = runs.into_iter().collect::<Result<Vec<_>>>()?;
         Engine::launch(spec, plan, topology, opts, runs, next_step)
     }
@@ -682,12 +684,18 @@ impl Engine {
         self.states.as_ref().map_or(0, |s| s.iter().map(|l| l.skipped).sum())
     }
 
-    /// Waits for and returns this rank's part of the next global step, or `None` when the
-    /// input has ended (see [`Tail`]).
+    /// Waits for and returns this rank's part of the next global step, or `None` when this
+    /// rank's input has ended (see [`Tail`]).
+    ///
+    /// A rank sees only its own lanes, so with finite data ranks can reach their ends at
+    /// different steps: combine the `None`s across ranks (an all-reduce) to stop together. A
+    /// `None` still counts as a step, so ranks that keep calling in lockstep stay at one
+    /// position and checkpoint at one step.
     pub fn next_step(&mut self) -> Result<Option<LocalStep>> {
         let s = self.next_step;
         let sh = &*self.shared;
         let mut failed_slot = None;
+        let mut end_of_data = false;
         {
             let mut g = lock(&sh.sched);
             loop {
@@ -717,9 +725,7 @@ impl Engine {
                 }
                 // `behind == 0` means no lane is still working towards this step.
                 debug_assert!(!waiting);
-                if ended && (sh.tail == Tail::Drop || !any) {
-                    return Ok(None);
-                }
+                end_of_data = ended && (sh.tail == Tail::Drop || !any);
                 break;
             }
         }
@@ -760,6 +766,12 @@ impl Engine {
         }
         self.states = lanes.iter().map(|l| l.state.clone()).collect();
         self.next_step = s + 1;
+        if end_of_data {
+            // This rank's lanes have ended. The step still counts, so that ranks that call in
+            // lockstep stay at one position (and their checkpoints at one step); whether the
+            // run as a whole has ended is for the caller to combine across ranks.
+            return Ok(None);
+        }
         Ok(Some(LocalStep { step: Step(s), topology: sh.topology, lanes }))
     }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::error::OpError;
 use crate::id::SampleId;
 use crate::operator::{Accumulator, RebuildInput};
-use crate::operators::{Plan, apply_chain, take_covering};
+use crate::operators::{Plan, apply_chain, apply_chain_prefix, take_covering};
 use crate::record::{Lineage, Record};
 use crate::source::Datasets;
 
@@ -39,20 +39,26 @@ impl<'a> Rebuilder<'a> {
         Rebuilder { plan, accs, datasets, cache: HashMap::new() }
     }
 
-    /// Reads and processes every sample the lineages name, in one batched pass per shard.
+    /// Reads and processes every sample the lineages name, in one batched pass per shard, each
+    /// only as far as the furthest position any lineage needs of it.
     pub fn prefetch<'l>(&mut self, lineages: impl IntoIterator<Item = &'l Lineage>) -> Result<(), (SampleId, OpError)> {
-        let mut ids: Vec<SampleId> = lineages
-            .into_iter()
-            .flat_map(|l| l.fragments().iter().map(|f| f.sample))
-            .filter(|s| !self.cache.contains_key(s))
-            .collect();
+        let mut until: HashMap<SampleId, u32> = HashMap::new();
+        for f in lineages.into_iter().flat_map(|l| l.fragments().iter()) {
+            if self.cache.contains_key(&f.sample) {
+                continue;
+            }
+            // A fragment without a range names the whole record.
+            let end = if f.end == 0 { u32::MAX } else { f.end };
+            let e = until.entry(f.sample).or_insert(0);
+            *e = (*e).max(end);
+        }
+        let mut ids: Vec<SampleId> = until.keys().copied().collect();
         ids.sort_unstable();
-        ids.dedup();
         let reads = self.datasets.read(&ids);
         for (id, read) in ids.into_iter().zip(reads) {
             let rec = read.map_err(|e| (id, e))?;
             let mut outs = Vec::new();
-            apply_chain(&self.plan.parallel, rec, &mut outs)
+            apply_chain_prefix(&self.plan.parallel, rec, until[&id], &mut outs)
                 .map_err(|(op, e)| (id, OpError::Fatal(format!("operator {op}: {e}"))))?;
             self.cache.insert(id, outs);
         }

@@ -3,12 +3,20 @@
 use zephon_core::{Array, Datasets, Fragment, OpError, Operator, Record, SampleId, Value};
 use zephon_text::{LongDocuments, Tokenize, Tokenizer};
 
+/// Loaded once per test binary (loading parses 50 k merges and runs the fast path's self-check).
 fn gpt2() -> Tokenizer {
-    Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json")).unwrap()
+    static TOKENIZER: std::sync::OnceLock<Tokenizer> = std::sync::OnceLock::new();
+    TOKENIZER
+        .get_or_init(|| {
+            Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json")).unwrap()
+        })
+        .clone()
 }
 
 fn doc(text: &str) -> Record {
-    Record::from_sample(SampleId::new(1, 2, 3)).with(&"text".into(), Value::Str(text.into())).with(&"id".into(), Value::Int(9))
+    Record::from_sample(SampleId::new(1, 2, 3))
+        .with(&"text".into(), Value::Str(text.into()))
+        .with(&"id".into(), Value::Int(9))
 }
 
 fn ids(r: &Record) -> &[u32] {
@@ -48,7 +56,7 @@ fn agrees_with_an_independent_gpt2_encoder_on_real_documents() {
         let sample: Vec<SampleId> = (0..rows).step_by(step as usize).map(|r| SampleId::new(d, 1, r)).collect();
         for r in ds.read(&sample) {
             let text = r.unwrap().str("text").unwrap().to_string();
-            let want: Vec<u32> = reference.encode_ordinary(&text).into_iter().map(|x| x as u32).collect();
+            let want: Vec<u32> = reference.encode_ordinary(&text).into_iter().collect();
             assert_eq!(tok.encode(&text).unwrap(), want);
             checked += want.len();
         }
@@ -64,7 +72,11 @@ fn long_documents_split_into_disjoint_pieces_or_truncate() {
         Tokenize::new(gpt2()).eos("<|endoftext|>").unwrap().apply(doc(&text), &mut out).unwrap();
         ids(&out[0]).to_vec()
     };
-    let split = Tokenize::new(gpt2()).eos("<|endoftext|>").unwrap().long_documents(LongDocuments::Split { max_tokens: 300 }).unwrap();
+    let split = Tokenize::new(gpt2())
+        .eos("<|endoftext|>")
+        .unwrap()
+        .long_documents(LongDocuments::Split { max_tokens: 300 })
+        .unwrap();
     let mut out = Vec::new();
     split.apply(doc(&text), &mut out).unwrap();
     assert_eq!(out.len(), whole.len().div_ceil(300));
@@ -105,4 +117,129 @@ fn tempfile_dir() -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("zephon-text-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+mod fast_path {
+    use proptest::prelude::*;
+
+    use super::gpt2;
+
+    #[test]
+    fn gpt2_uses_the_fast_path() {
+        assert_eq!(gpt2().engine(), "byte-level BPE, exact fast path");
+    }
+
+    #[test]
+    fn the_fast_path_equals_tokenizers_on_real_documents() {
+        let tok = gpt2();
+        let dir = zephon_testkit::testdata().join("corpora");
+        let mut tokens = 0;
+        for (corpus, every) in [("a", 3usize), ("b", 4)] {
+            for shard in 0..4 {
+                let text = std::fs::read_to_string(dir.join(format!("{corpus}/jsonl/part-0000{shard}.jsonl"))).unwrap();
+                for line in text.lines().step_by(every) {
+                    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                    let doc = v["text"].as_str().unwrap();
+                    let fast = tok.encode(doc).unwrap();
+                    assert_eq!(fast, tok.encode_reference(doc).unwrap(), "{}", v["id"]);
+                    tokens += fast.len();
+                }
+            }
+        }
+        assert!(tokens > 3_000_000, "compared {tokens} tokens");
+    }
+
+    fn text_strategy() -> impl Strategy<Value = String> {
+        let atoms = prop::sample::select(vec![
+            "a",
+            "B",
+            "é",
+            "ß",
+            "日本",
+            "🙂",
+            " ",
+            "  ",
+            "\n",
+            "\t",
+            "\r\n",
+            "'s",
+            "'ll",
+            "'",
+            "1",
+            "23",
+            "4.5",
+            ",",
+            "!!",
+            "<|endoftext|>",
+            "<|endoftext",
+            "|>",
+            "the",
+            " the",
+            "Ġ",
+            "\u{00a0}",
+            "\u{200b}",
+            "x\u{0301}",
+        ]);
+        prop::collection::vec(atoms, 0..60).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+        #[test]
+        fn the_fast_path_equals_tokenizers_on_random_text(text in text_strategy()) {
+            let tok = gpt2();
+            prop_assert_eq!(tok.encode(&text).unwrap(), tok.encode_reference(&text).unwrap());
+        }
+
+        #[test]
+        fn long_pieces_use_the_queue_and_still_agree(n in 60usize..700, unit in prop::sample::select(vec!["a", " ", "1", "ab", "é", "-"])) {
+            let tok = gpt2();
+            let text = unit.repeat(n);
+            prop_assert_eq!(tok.encode(&text).unwrap(), tok.encode_reference(&text).unwrap());
+        }
+    }
+}
+
+mod prefix {
+    use proptest::prelude::*;
+    use zephon_core::Operator;
+    use zephon_text::{LongDocuments, Tokenize};
+
+    use super::{doc, gpt2};
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+        /// What a restore asks for (pieces up to a position) is exactly the start of what a run
+        /// produced, and covers that position.
+        #[test]
+        fn apply_prefix_is_a_prefix_of_apply(
+            words in 1usize..900,
+            until in 1u32..1500,
+            max in prop::sample::select(vec![7usize, 64, 300]),
+            bos in any::<bool>(),
+            truncate in any::<bool>(),
+        ) {
+            let text: String = (0..words).map(|i| ["tok ", "en. ", "<|endoftext|>", "naïve ", "12 ", "\n\n"][i % 6]).collect();
+            let mut t = Tokenize::new(gpt2()).eos("<|endoftext|>").unwrap();
+            if bos {
+                t = t.bos("<|endoftext|>").unwrap();
+            }
+            let policy = if truncate { LongDocuments::Truncate { max_tokens: max } } else { LongDocuments::Split { max_tokens: max } };
+            let t = t.long_documents(policy).unwrap();
+            let (mut full, mut part) = (Vec::new(), Vec::new());
+            t.apply(doc(&text), &mut full).unwrap();
+            t.apply_prefix(doc(&text), until, &mut part).unwrap();
+            prop_assert!(part.len() <= full.len());
+            prop_assert_eq!(&full[..part.len()], &part[..]);
+            for f in &full {
+                let end = f.lineage().as_single().unwrap().end;
+                if end <= until {
+                    prop_assert!(part.iter().any(|p| p == f), "piece ending at {end} missing for until {until}");
+                }
+            }
+            let covered = part.last().map_or(0, |p| p.lineage().as_single().unwrap().end);
+            let total = full.last().unwrap().lineage().as_single().unwrap().end;
+            prop_assert!(covered >= until.min(total), "covers {covered} of {until}");
+        }
+    }
 }

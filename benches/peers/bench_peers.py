@@ -1,0 +1,727 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark driver: our zephon CLI, Zephon 0.2.0 (PyPI) and Grain.
+
+Normally started by ``run.sh`` (which prepares the venv, the test data and the
+Rust binary). Runs the systems one after another, never concurrently, on the
+same corpora and settings, then writes ``results/latest.json`` and
+``results/latest.md`` and prints the table. See README.md for what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import glob
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+try:
+    import psutil
+except Exception:  # pragma: no cover - the venv has it
+    psutil = None
+
+EOT = "<|endoftext|>"
+
+# Everything both sides must agree on. run.sh --quick only changes steps.
+SETTINGS: dict[str, Any] = {
+    "seed": 1234,
+    "seq_len": 2048,
+    "rows_per_step": 16,          # global batch (rows of seq_len tokens)
+    "lanes": 8,                   # ours + Zephon 0.2.0 (canonical_replicas); Grain has no lanes
+    "shuffle_rows_total": 512,    # = 64 rows per lane x 8 lanes
+    "chunk_size": 64,             # ours [source] chunk_size; Zephon 0.2.0 WorkSource chunk_size
+    "workers": 2,                 # threads (or processes, peers only) doing the per-record work
+    "packing": "wrap",
+    "token_share_a": 0.5,         # target share of corpus A tokens
+    "exhaustion": "repeat",
+    "steps_full": 200,
+    "steps_quick": 30,
+    "checkpoint_at": 20,
+    "restore_steps": 10,          # batches read and hash-compared after a restore (peers)
+}
+
+
+# --------------------------------------------------------------------------- utils
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for blk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(blk)
+    return h.hexdigest()
+
+
+def machine_info() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {
+        "cpus": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+    if psutil is not None:
+        info["mem_total_bytes"] = psutil.virtual_memory().total
+    return info
+
+
+def _busy_times() -> tuple[float, float]:
+    """(busy, total) CPU seconds summed over all CPUs since boot."""
+    t = psutil.cpu_times()
+    total = sum(t)
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return total - idle, total
+
+
+def wait_quiet(max_wait: float, threshold_cores: float = 0.3) -> dict[str, Any]:
+    """Wait (up to max_wait s) until other processes use < threshold_cores CPUs."""
+    if psutil is None:
+        return {}
+    t0 = time.time()
+    while True:
+        b0, _ = _busy_times()
+        time.sleep(2.0)
+        b1, _ = _busy_times()
+        busy = (b1 - b0) / 2.0
+        waited = time.time() - t0
+        if busy < threshold_cores or waited >= max_wait:
+            if busy >= threshold_cores:
+                log(f"machine still busy ({busy:.2f} cores used by other processes); measuring anyway")
+            return {"busy_cores_before": round(busy, 2), "waited_s": round(waited, 1)}
+        log(f"other processes use {busy:.2f} cores; waiting for a quiet machine "
+            f"({waited:.0f}/{max_wait:.0f} s)")
+        time.sleep(8.0)
+
+
+class TreeRun:
+    """Run a command; sample summed RSS of its process tree; account background CPU."""
+
+    def __init__(self, cmd: list[str], log_path: str, env: dict[str, str], timeout: float) -> None:
+        self.cmd, self.log_path, self.env, self.timeout = cmd, log_path, env, timeout
+
+    def run(self) -> dict[str, Any]:
+        import resource
+        ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy0, _ = _busy_times() if psutil else (0.0, 0.0)
+        t0 = time.perf_counter()
+        peak, peak_procs, timed_out = 0, 0, False
+        with open(self.log_path, "w") as logf:
+            proc = subprocess.Popen(self.cmd, stdout=logf, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
+            ps = psutil.Process(proc.pid) if psutil else None
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.05)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.perf_counter() - t0 > self.timeout:
+                    timed_out = True
+                    proc.kill()
+                    rc = proc.wait()
+                    break
+                if ps is not None:
+                    try:
+                        procs = [ps] + ps.children(recursive=True)
+                    except Exception:
+                        continue
+                    tot = 0
+                    for p in procs:
+                        try:
+                            tot += p.memory_info().rss
+                        except Exception:
+                            pass
+                    if tot > peak:
+                        peak, peak_procs = tot, len(procs)
+        wall = time.perf_counter() - t0
+        ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy1, _ = _busy_times() if psutil else (0.0, 0.0)
+        own_cpu = (ch1.ru_utime + ch1.ru_stime) - (ch0.ru_utime + ch0.ru_stime)
+        bg = max(0.0, (busy1 - busy0) - own_cpu) / max(wall, 1e-9) if psutil else None
+        return {"rc": rc, "timed_out": timed_out, "wall_s": round(wall, 3),
+                "cpu_s": round(own_cpu, 3), "peak_rss_tree_bytes_external": peak,
+                "peak_rss_tree_procs_external": peak_procs,
+                "background_cpu_cores": None if bg is None else round(bg, 3)}
+
+
+def measured_run(a, cmd: list[str], log_path: str, env: dict[str, str], outputs: list[str]) -> dict[str, Any]:
+    """Wait for a quiet machine, run; rerun (up to --busy-retries) if others used CPU meanwhile."""
+    attempts = []
+    for attempt in range(1 + a.busy_retries):
+        for p in outputs:
+            for f in glob.glob(p + "*"):
+                os.remove(f)
+        quiet = wait_quiet(a.quiet_wait)
+        run = TreeRun(cmd, log_path, env, a.timeout).run()
+        run["quiet"] = quiet
+        attempts.append({"background_cpu_cores": run["background_cpu_cores"], "wall_s": run["wall_s"],
+                         "rc": run["rc"]})
+        bg = run["background_cpu_cores"] or 0.0
+        if run["rc"] != 0 or bg <= a.busy_threshold or attempt == a.busy_retries:
+            break
+        log(f"  other processes used {bg:.2f} cores during the run; measuring again")
+    run["attempts"] = attempts
+    return run
+
+
+# ------------------------------------------------------------------ corpus stats
+
+def corpus_files(root: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(root, "*.jsonl")))
+
+
+def token_stats(corpora: dict[str, str], tokenizer: str, cache_path: str) -> dict[str, Any]:
+    """Exact docs / GPT-2 tokens (+1 EOS per doc) per corpus; cached by file identity."""
+    key_src = [tokenizer, os.path.getsize(tokenizer), int(os.path.getmtime(tokenizer))]
+    for name, root in sorted(corpora.items()):
+        for f in corpus_files(root):
+            key_src += [f, os.path.getsize(f), int(os.path.getmtime(f))]
+    key = hashlib.sha256(json.dumps(key_src).encode()).hexdigest()[:16]
+    try:
+        with open(cache_path) as fh:
+            cached = json.load(fh)
+        if cached.get("key") == key:
+            return cached
+    except (OSError, ValueError):
+        pass
+    log("counting tokens per corpus once (cached afterwards) ...")
+    import tokenizers
+    tok = tokenizers.Tokenizer.from_file(tokenizer)
+    out: dict[str, Any] = {"key": key, "corpora": {}}
+    for name, root in sorted(corpora.items()):
+        docs = toks = 0
+        for f in corpus_files(root):
+            texts: list[str] = []
+            with open(f, "rb") as fh:
+                for line in fh:
+                    if line.strip():
+                        texts.append(json.loads(line)["text"])
+            for i in range(0, len(texts), 512):
+                enc = tok.encode_batch(texts[i:i + 512], add_special_tokens=False)
+                toks += sum(len(e.ids) for e in enc)
+            docs += len(texts)
+        out["corpora"][name] = {"docs": docs, "tokens": toks, "tokens_with_eos": toks + docs,
+                                "mean_tokens_per_doc_with_eos": round((toks + docs) / max(1, docs), 3)}
+    os.makedirs(os.path.dirname(cache_path), exist_ok=True)
+    with open(cache_path, "w") as fh:
+        json.dump(out, fh, indent=2)
+    return out
+
+
+def mixture(stats: dict[str, Any], mix: str, token_share_a: float) -> dict[str, Any]:
+    """Doc weights for the peers and token shares for ours that describe the same mixture."""
+    ma = stats["corpora"]["a"]["mean_tokens_per_doc_with_eos"]
+    mb = stats["corpora"]["b"]["mean_tokens_per_doc_with_eos"]
+    if mix == "tokens":
+        ta = token_share_a
+        wa = (ta / ma) / (ta / ma + (1 - ta) / mb)
+    else:  # docs: 50/50 documents (the peers' native reading of "50/50")
+        wa = 0.5
+        ta = (wa * ma) / (wa * ma + (1 - wa) * mb)
+    return {"mode": mix, "peer_doc_weight_a": round(wa, 6), "peer_doc_weight_b": round(1 - wa, 6),
+            "ours_token_share_a": round(ta, 6), "ours_token_share_b": round(1 - ta, 6),
+            "expected_token_share_a": round(ta, 4),
+            "mean_tokens_per_doc_with_eos": {"a": ma, "b": mb}}
+
+
+# ------------------------------------------------------------------ our zephon
+
+SPEC_TEMPLATE = """seed = {seed}
+lanes = {lanes}
+rows_per_step = {rows_per_step}        # global batch in rows of seq_len tokens
+
+[[dataset]]
+name = "a"
+path = "{path_a}"
+share = {share_a}               # token share
+[[dataset]]
+name = "b"
+path = "{path_b}"
+share = {share_b}
+
+[source]
+chunk_size = {chunk_size}
+exhaustion = "{exhaustion}"
+
+[tokenize]
+tokenizer = "{tokenizer}"
+eos = "{eos}"
+
+[pack]
+algorithm = "{packing}"        # or "first_fit" / "best_fit"
+seq_len = {seq_len}
+pad_id = {pad_id}
+
+[shuffle]
+buffer = {shuffle_per_lane}               # rows, per lane
+
+[run]
+threads = {workers}
+"""
+
+OURS_KEYS = ("tokens_per_s", "tokens_per_s_overall", "ttfb_s", "resume_ttfb_s", "checkpoint_bytes",
+             "peak_rss_bytes", "steps", "tokens")
+
+
+def run_ours(a, paths, mix, env, raw_dir, tmp) -> dict[str, Any]:
+    res: dict[str, Any] = {"system": "zephon (ours)", "interface": "zephon bench (Rust CLI)"}
+    if a.zephon_status:
+        res["status"] = a.zephon_status
+        return res
+    binary = a.zephon_bin
+    if not binary or not os.path.isfile(binary) or not os.access(binary, os.X_OK):
+        res["status"] = "not built"
+        res["detail"] = f"no executable at {binary}"
+        return res
+    S = SETTINGS
+    spec = SPEC_TEMPLATE.format(
+        seed=S["seed"], lanes=S["lanes"], rows_per_step=S["rows_per_step"],
+        path_a=paths["a"], path_b=paths["b"],
+        share_a=mix["ours_token_share_a"], share_b=mix["ours_token_share_b"],
+        chunk_size=S["chunk_size"], exhaustion=S["exhaustion"], tokenizer=paths["tokenizer"], eos=EOT,
+        packing=a.packing, seq_len=S["seq_len"], pad_id=a.pad_id,
+        shuffle_per_lane=S["shuffle_rows_total"] // S["lanes"], workers=S["workers"])
+    spec_path = os.path.join(tmp, "spec.toml")
+    with open(spec_path, "w") as fh:
+        fh.write(spec)
+    shutil.copy(spec_path, os.path.join(raw_dir, "zephon.spec.toml"))
+    out_json = os.path.join(raw_dir, "zephon.json")
+    if os.path.exists(out_json):
+        os.remove(out_json)
+    cmd = [binary, "bench", "--spec", spec_path, "--steps", str(a.steps),
+           "--checkpoint-at", str(a.ckpt_step), "--json-out", out_json]
+    res["command"] = " ".join(cmd)
+    st = os.stat(binary)
+    res["binary"] = {"path": binary, "bytes": st.st_size,
+                     "mtime": _dt.datetime.fromtimestamp(st.st_mtime, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    log("running zephon (ours): " + " ".join(cmd))
+    log_path = os.path.join(raw_dir, "zephon.log")
+    run = measured_run(a, cmd, log_path, env, [out_json])
+    res["run"] = run
+    tail = ""
+    try:
+        with open(log_path, errors="replace") as fh:
+            tail = fh.read()[-2000:]
+    except OSError:
+        pass
+    if run["timed_out"]:
+        res["status"] = f"failed (timeout after {a.timeout:.0f} s)"
+        res["log_tail"] = tail
+        return res
+    data = None
+    if os.path.exists(out_json):
+        try:
+            with open(out_json) as fh:
+                data = json.load(fh)
+        except ValueError as e:
+            res["status"] = f"failed (bad JSON: {e})"
+            res["log_tail"] = tail
+            return res
+    if data is None:
+        low = tail.lower()
+        # A stub binary exits 0 without output; clap says "unrecognized subcommand"
+        # (or "unexpected argument") for a subcommand or flag it does not have yet.
+        if run["rc"] == 0 or any(m in low for m in ("unrecognized subcommand", "unexpected argument",
+                                                    "no such subcommand")):
+            res["status"] = "not built"
+            res["detail"] = f"`zephon bench` wrote no JSON (rc={run['rc']}); the subcommand is not there yet"
+        else:
+            res["status"] = f"failed (rc={run['rc']})"
+        res["log_tail"] = tail
+        return res
+    missing = [k for k in OURS_KEYS if k not in data]
+    res["status"] = "ok" if run["rc"] == 0 and not missing else f"incomplete (rc={run['rc']}, missing {missing})"
+    res["raw"] = data
+    rss_ext = run["peak_rss_tree_bytes_external"]
+    res["summary"] = {
+        "config": f"CLI, {S['workers']} threads, {S['lanes']} lanes",
+        "tokens_per_s": data.get("tokens_per_s"),
+        "tokens_per_s_overall": data.get("tokens_per_s_overall"),
+        "ttfb_s": data.get("ttfb_s"),
+        "ttfb_from_process_start_s": data.get("ttfb_s"),
+        "resume_ttfb_s": data.get("resume_ttfb_s"),
+        "checkpoint_bytes": data.get("checkpoint_bytes"),
+        "checkpoint_bytes_zstd": None,
+        # The CLI runs the fresh and the resumed pipeline as child processes and reports the
+        # larger peak of the two; its own process later times the bare tokenizer, which the
+        # external tree sample would include, so the self-reported figure is the one to compare.
+        "peak_rss_bytes": data.get("peak_rss_bytes") or rss_ext,
+        "peak_rss_tree_bytes_external": rss_ext,
+        "resume_matches": data.get("resume_matches", data.get("restore_matches")),
+        "pad_fraction": data.get("pad_fraction"),
+        "background_cpu_cores": run["background_cpu_cores"],
+    }
+    return res
+
+
+# ------------------------------------------------------------------ peers
+
+def run_peer(name, a, paths, mix, env, raw_dir) -> dict[str, Any]:
+    S = SETTINGS
+    label = {"zephon": "Zephon 0.2.0 (PyPI)", "grain": "Grain"}[name]
+    res: dict[str, Any] = {"system": label, "runs": {}}
+    for kind in a.worker_kinds:
+        out_json = os.path.join(raw_dir, f"peer-{name}-{kind}.json")
+        for p in glob.glob(out_json + "*"):
+            os.remove(p)
+        cmd = [a.python, os.path.join(HERE, f"peer_{name}.py"),
+               "--corpus-a", paths["a"], "--corpus-b", paths["b"], "--tokenizer", paths["tokenizer"],
+               "--weight-a", str(mix["peer_doc_weight_a"]),
+               "--seq-len", str(S["seq_len"]), "--batch-size", str(S["rows_per_step"]),
+               "--steps", str(a.steps), "--ckpt-step", str(a.ckpt_step),
+               "--restore-steps", str(min(S["restore_steps"], a.steps - a.ckpt_step)),
+               "--workers", str(S["workers"]), "--worker-kind", kind,
+               "--packing", a.packing, "--shuffle-buffer", str(S["shuffle_rows_total"]),
+               "--seed", str(S["seed"]), "--json-out", out_json]
+        if name == "zephon":
+            cmd += ["--lanes", str(S["lanes"]), "--zephon-chunk-size", str(S["chunk_size"])]
+        log(f"running {label}, {S['workers']} {kind} workers, {a.steps} steps ...")
+        run = measured_run(a, cmd, os.path.join(raw_dir, f"peer-{name}-{kind}.log"), env, [out_json])
+        entry: dict[str, Any] = {"command": " ".join(cmd), "run": run}
+        if run["rc"] != 0 or not os.path.exists(out_json):
+            with open(os.path.join(raw_dir, f"peer-{name}-{kind}.log"), errors="replace") as fh:
+                entry["log_tail"] = fh.read()[-3000:]
+            entry["status"] = "timeout" if run["timed_out"] else f"failed (rc={run['rc']})"
+            res["runs"][kind] = entry
+            log(f"  {entry['status']}")
+            continue
+        with open(out_json) as fh:
+            data = json.load(fh)
+        m, r = data["main"], data.get("restore", {})
+        for k in ("hashes", "expected"):
+            r.pop(k, None)
+        entry["status"] = "ok"
+        entry["raw"] = data
+        entry["summary"] = {
+            "config": f"{S['workers']} {'threads' if kind == 'thread' else 'processes'}",
+            "worker_kind": kind,
+            "tokens_per_s": m["tokens_per_s_after_first"],
+            "tokens_per_s_overall": m["tokens_per_s_overall"],
+            "ttfb_s": m["ttfb_s"],
+            "ttfb_from_process_start_s": m["ttfb_from_process_start_s"],
+            "resume_ttfb_s": r.get("ttfb_after_restore_s"),
+            "resume_ttfb_from_process_start_s": r.get("ttfb_after_restore_from_process_start_s"),
+            "checkpoint_bytes": m["ckpt_bytes_json"],
+            "checkpoint_bytes_zstd": m.get("ckpt_bytes_json_zstd"),
+            "peak_rss_bytes": m["peak_rss_tree_bytes"],
+            "peak_rss_procs": m["peak_rss_tree_procs"],
+            "resume_matches": r.get("matches_original"),
+            "pad_fraction": m["pad_fraction"],
+            "cpu_s": round(m.get("cpu_s_self", 0) + m.get("cpu_s_children", 0), 2),
+            "background_cpu_cores": run["background_cpu_cores"],
+        }
+        s = entry["summary"]
+        log(f"  {fmt_rate(s['tokens_per_s'])} tok/s steady, {fmt_rate(s['tokens_per_s_overall'])} overall, "
+            f"TTFB {fmt_s(s['ttfb_s'])}, resume TTFB {fmt_s(s['resume_ttfb_s'])}, "
+            f"resume identical: {s['resume_matches']}")
+        res["runs"][kind] = entry
+    ok = {k: v for k, v in res["runs"].items() if v.get("status") == "ok"}
+    if ok:
+        # "Faster" = higher end-to-end rate (first batch included): the steady
+        # figure of a block/window shuffle swings with where the run ends.
+        best = max(ok, key=lambda k: ok[k]["summary"]["tokens_per_s_overall"] or 0)
+        res["best"] = best
+        res["status"] = "ok"
+        res["summary"] = ok[best]["summary"]
+    else:
+        res["status"] = "failed"
+    return res
+
+
+# ------------------------------------------------------------------ report
+
+def fmt_rate(v) -> str:
+    if v is None:
+        return "–"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} M"
+    return f"{v / 1e3:.0f} k"
+
+
+def fmt_s(v) -> str:
+    return "–" if v is None else f"{v:.2f} s"
+
+
+def fmt_bytes(v) -> str:
+    if v is None:
+        return "–"
+    if v >= 1 << 20:
+        return f"{v / (1 << 20):.0f} MiB"
+    if v >= 1 << 10:
+        return f"{v / 1024:.1f} KiB"
+    return f"{v} B"
+
+
+def table_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key in ("zephon", "zephon-0.2.0", "grain"):
+        r = results.get(key)
+        if r is None:
+            continue
+        if r.get("status") != "ok" or "summary" not in r:
+            st = r.get("status", "?")
+            rows.append([f"{key}: {st}" if key == "zephon" else f"{r['system']}: {st}"] + ["–"] * 8)
+            continue
+        s = r["summary"]
+        cfg = s["config"] + (" (faster of " + "/".join(r["runs"]) + ")" if len(r.get("runs", {})) > 1 else "")
+        if r.get("carried_over_from"):
+            cfg += f"; measured {r['carried_over_from']}"
+        ck = fmt_bytes(s["checkpoint_bytes"])
+        if s.get("checkpoint_bytes_zstd"):
+            ck += f" ({fmt_bytes(s['checkpoint_bytes_zstd'])} zstd)"
+        rows.append([r["system"], cfg, fmt_rate(s["tokens_per_s"]), fmt_rate(s["tokens_per_s_overall"]),
+                     fmt_s(s["ttfb_s"]) + (f" / {s['ttfb_from_process_start_s']:.2f}"
+                                            if key != "zephon" and s.get("ttfb_from_process_start_s") else ""),
+                     fmt_s(s["resume_ttfb_s"]), ck, fmt_bytes(s["peak_rss_bytes"]),
+                     {True: "yes", False: "NO", None: "–"}[s.get("resume_matches")]])
+    return rows
+
+
+def all_runs_rows(results: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key in ("zephon-0.2.0", "grain"):
+        r = results.get(key)
+        if not r:
+            continue
+        for kind, e in r.get("runs", {}).items():
+            if e.get("status") != "ok":
+                rows.append([r["system"], kind, e.get("status", "?")] + ["–"] * 6)
+                continue
+            s = e["summary"]
+            rows.append([r["system"], s["config"] + (" ★" if r.get("best") == kind else ""),
+                         fmt_rate(s["tokens_per_s"]), fmt_rate(s["tokens_per_s_overall"]), fmt_s(s["ttfb_s"]),
+                         fmt_s(s["resume_ttfb_s"]), fmt_bytes(s["peak_rss_bytes"]) + f" ({s['peak_rss_procs']} procs)",
+                         f"{s['cpu_s']:.0f} s", f"{s['background_cpu_cores']:.2f}"
+                         if s.get("background_cpu_cores") is not None else "–"])
+    return rows
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render_md(doc: dict[str, Any]) -> str:
+    S, m, mach = doc["settings"], doc["mixture"], doc["machine"]
+    res = doc["results"]
+    lines = [f"# zephon vs Zephon 0.2.0 vs Grain ({doc['mode']} run, {doc['generated_at']})", ""]
+    lines.append(f"Machine: {mach['cpus']} CPUs ({mach.get('cpu_model', '')}), "
+                 f"{(mach.get('mem_total_bytes') or 0) / 2**30:.0f} GiB RAM, Linux {mach['kernel']}, "
+                 f"Python {mach['python']}. Versions: {doc.get('versions_line', '')}.")
+    lines.append("")
+    lines.append(f"Settings: corpora A+B (JSONL), GPT-2 tokenizer.json, EOS per doc, "
+                 f"mix {m['mode']} ({'50/50 tokens' if m['mode'] == 'tokens' else '50/50 documents'}: peers sample "
+                 f"docs with weight A={m['peer_doc_weight_a']:.4f}, ours plans token share "
+                 f"A={m['ours_token_share_a']:.4f}), pack `{S['packing']}` to {S['seq_len']}, shuffle "
+                 f"{S['shuffle_rows_total']} packed rows in total, {S['rows_per_step']} rows/step, "
+                 f"{S['workers']} workers, {doc['steps']} steps "
+                 f"({doc['steps'] * S['rows_per_step'] * S['seq_len'] / 1e6:.2f} M tokens), checkpoint at step "
+                 f"{doc['checkpoint_at']}, restore in a fresh process.")
+    lines.append("")
+    hdr = ["system", "config", "tokens/s (steady)", "tokens/s (overall)", "TTFB (pipeline / from process start)",
+           "resume TTFB", "checkpoint", "peak RSS (tree)", "resume identical"]
+    lines.append(md_table(hdr, table_rows(res)))
+    lines.append("")
+    runs = all_runs_rows(res)
+    if runs:
+        lines.append("Every peer configuration run (★ = the faster by overall tokens/s, shown above):")
+        lines.append("")
+        lines.append(md_table(["system", "config", "tokens/s (steady)", "tokens/s (overall)", "TTFB", "resume TTFB",
+                               "peak RSS", "CPU time", "background CPU (cores)"], runs))
+        lines.append("")
+    if doc["steps"] * S["rows_per_step"] <= 2 * S["shuffle_rows_total"]:
+        lines.append(f"**Note:** {doc['steps']} steps x {S['rows_per_step']} rows is at most twice the "
+                     f"{S['shuffle_rows_total']}-row shuffle buffer, so most of the run is served from the "
+                     "buffer filled before the first batch: the steady tokens/s figures are not meaningful "
+                     "here. Use the full run for throughput.")
+        lines.append("")
+    z = res.get("zephon")
+    if z and z.get("status") != "ok":
+        lines.append(f"zephon (ours): {z.get('status')}" + (f" — {z['detail']}" if z.get("detail") else ""))
+        lines.append("")
+    lines.append("tokens/s = non-pad tokens delivered per second after the first batch (steady) or from "
+                 "pipeline build (overall). TTFB = pipeline build to first batch, in process (the second "
+                 "figure for peers adds Python start-up and imports). Resume TTFB = restore of the step-"
+                 f"{doc['checkpoint_at']} checkpoint to the first batch after it, fresh process. Checkpoint = "
+                 "bytes of the state as JSON (peers) / as written by the CLI (ours). Peak RSS = RSS summed over "
+                 "the live process tree, sampled every 50 ms (double-counts pages shared between processes). "
+                 "See benches/peers/README.md for every difference between the pipelines.")
+    bg = [(k, r) for k, r in res.items() if isinstance(r, dict)]
+    busy = []
+    for k, r in bg:
+        for kind, e in (r.get("runs") or {"": r}).items():
+            c = (e.get("run") or {}).get("background_cpu_cores")
+            if c is not None and c > 0.15:
+                busy.append(f"{r.get('system', k)} {kind}".strip() + f": {c:.2f}")
+    if busy:
+        lines.append("")
+        lines.append("**Warning:** other processes used CPU during these runs (cores, averaged): "
+                     + "; ".join(busy) + ". Rerun on a quiet machine for clean numbers.")
+    return "\n".join(lines) + "\n"
+
+
+def carry_over(results: dict[str, Any], a, prev_path: str, mix: dict[str, Any]) -> None:
+    """Keep the systems this run skipped (--zephon-only / --peers-only) from the previous
+    latest.json, if that run used the same settings, so the table stays side by side."""
+    try:
+        with open(prev_path) as fh:
+            prev = json.load(fh)
+    except (OSError, ValueError):
+        return
+    same = (prev.get("steps") == a.steps and prev.get("checkpoint_at") == a.ckpt_step
+            and prev.get("mixture", {}).get("mode") == mix["mode"]
+            and prev.get("settings", {}).get("packing") == a.packing
+            and all(prev.get("settings", {}).get(k) == SETTINGS[k] for k in
+                    ("seed", "seq_len", "rows_per_step", "lanes", "shuffle_rows_total", "chunk_size", "workers"))
+            and prev.get("settings", {}).get("paths") == {"a": os.path.join(a.data, "corpora", "a", "jsonl"),
+                                                         "b": os.path.join(a.data, "corpora", "b", "jsonl"),
+                                                         "tokenizer": os.path.join(a.data, "tokenizers", "gpt2",
+                                                                                   "tokenizer.json")})
+    if not same:
+        return
+    for key, r in prev.get("results", {}).items():
+        if key in results or not isinstance(r, dict) or r.get("status") != "ok":
+            continue
+        r = dict(r)
+        r.setdefault("carried_over_from", prev.get("generated_at"))
+        results[key] = r
+        log(f"{key}: reusing the result of {r['carried_over_from']} (same settings; not rerun now)")
+
+
+# ------------------------------------------------------------------ main
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=f"{SETTINGS['steps_quick']} steps instead of "
+                    f"{SETTINGS['steps_full']}")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--zephon-only", action="store_true", help="run only our zephon CLI")
+    g.add_argument("--peers-only", action="store_true", help="run only Zephon 0.2.0 and Grain")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--ckpt-step", type=int, default=SETTINGS["checkpoint_at"])
+    ap.add_argument("--mix", choices=("tokens", "docs"), default="tokens",
+                    help="tokens (default): 50/50 token share, peers get the document weights that give it; "
+                         "docs: 50/50 documents, ours gets the token share that gives it")
+    ap.add_argument("--packing", choices=("wrap", "first_fit"), default=SETTINGS["packing"])
+    ap.add_argument("--worker-kinds", default="thread,process",
+                    help="peer worker kinds to try (comma list of thread, process); the faster is reported")
+    ap.add_argument("--peers", default="zephon,grain", help="which peers (comma list)")
+    ap.add_argument("--data", default=os.environ.get("ZEPHON_TESTDATA") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "zephon-testdata"),
+        help="test data root (as scripts/fetch-testdata.sh: $ZEPHON_TESTDATA or $XDG_CACHE_HOME/zephon-testdata)")
+    ap.add_argument("--zephon-bin", default=os.path.join(REPO, "target", "release", "zephon"))
+    ap.add_argument("--zephon-status", default=None, help=argparse.SUPPRESS)  # set by run.sh on build failure
+    ap.add_argument("--python", default=sys.executable, help="interpreter of the peer venv")
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--quiet-wait", type=float, default=120.0,
+                    help="before each run, wait up to this many seconds for other processes to go idle")
+    ap.add_argument("--busy-retries", type=int, default=1,
+                    help="rerun a measurement up to this many times when other processes used more than "
+                         "--busy-threshold cores during it")
+    ap.add_argument("--busy-threshold", type=float, default=0.3, help="cores (see --busy-retries)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
+    ap.add_argument("--pad-id", type=int, default=50256)
+    a = ap.parse_args()
+    a.steps = a.steps or (SETTINGS["steps_quick"] if a.quick else SETTINGS["steps_full"])
+    if not 0 < a.ckpt_step < a.steps:
+        ap.error("--ckpt-step must be in (0, steps)")
+    a.worker_kinds = [k for k in a.worker_kinds.split(",") if k]
+    peers = [] if a.zephon_only else [p for p in a.peers.split(",") if p]
+
+    paths = {"a": os.path.join(a.data, "corpora", "a", "jsonl"),
+             "b": os.path.join(a.data, "corpora", "b", "jsonl"),
+             "tokenizer": os.path.join(a.data, "tokenizers", "gpt2", "tokenizer.json")}
+    for k in ("a", "b"):
+        if not corpus_files(paths[k]):
+            sys.exit(f"no *.jsonl under {paths[k]}; run scripts/fetch-testdata.sh")
+    if not os.path.isfile(paths["tokenizer"]):
+        sys.exit(f"missing {paths['tokenizer']}; run scripts/fetch-testdata.sh")
+
+    raw_dir = os.path.join(a.out_dir, "raw")
+    os.makedirs(raw_dir, exist_ok=True)
+    env = dict(os.environ)
+    # Parallelism comes from each loader's own workers only.
+    env.update({"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                "OMP_NUM_THREADS": "1"})
+
+    stats = token_stats({"a": paths["a"], "b": paths["b"]}, paths["tokenizer"],
+                        os.path.join(os.path.expanduser("~/.cache/zephon-peers"), "token_stats.json"))
+    mix = mixture(stats, a.mix, SETTINGS["token_share_a"])
+    log(f"mixture: {json.dumps(mix)}")
+
+    versions = {}
+    try:
+        rev = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture_output=True,
+                             text=True).stdout.strip()
+        if rev:
+            versions["ours"] = f"git {rev}"
+    except OSError:
+        pass
+    if True:
+        try:
+            v = subprocess.run([a.python, "-c", "import json, zephon, grain, tokenizers, transformers, numpy; "
+                                "print(json.dumps({'zephon': zephon.__version__, 'grain': grain.__version__, "
+                                "'tokenizers': tokenizers.__version__, 'transformers': transformers.__version__, "
+                                "'numpy': numpy.__version__}))"], capture_output=True, text=True, env=env)
+            versions.update(json.loads(v.stdout.strip().splitlines()[-1]))
+        except Exception:
+            pass
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="zephon-bench-") as tmp:
+        if not a.peers_only:
+            results["zephon"] = run_ours(a, paths, mix, env, raw_dir, tmp)
+            log(f"zephon (ours): {results['zephon'].get('status')}")
+        if "zephon" in peers:
+            results["zephon-0.2.0"] = run_peer("zephon", a, paths, mix, env, raw_dir)
+            results["zephon-0.2.0"]["system"] = f"Zephon {versions.get('zephon', '0.2.0')} (PyPI)"
+        if "grain" in peers:
+            results["grain"] = run_peer("grain", a, paths, mix, env, raw_dir)
+            results["grain"]["system"] = f"Grain {versions.get('grain', '')}".strip()
+
+    carry_over(results, a, os.path.join(a.out_dir, "latest.json"), mix)
+    doc = {
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "mode": "quick" if a.quick else ("full" if a.steps == SETTINGS["steps_full"] else "custom"),
+        "steps": a.steps, "checkpoint_at": a.ckpt_step,
+        "machine": machine_info(), "versions": versions,
+        "versions_line": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "settings": {**SETTINGS, "packing": a.packing, "worker_kinds_tried": a.worker_kinds,
+                     "tokenizer_sha256": sha256_file(paths["tokenizer"]), "paths": paths},
+        "corpus_stats": stats["corpora"], "mixture": mix, "results": results,
+    }
+    md = render_md(doc)
+    stem = "latest"
+    with open(os.path.join(a.out_dir, stem + ".json"), "w") as fh:
+        json.dump(doc, fh, indent=2)
+    with open(os.path.join(a.out_dir, stem + ".md"), "w") as fh:
+        fh.write(md)
+    print(md)
+    log(f"wrote {os.path.join(a.out_dir, stem + '.json')} and .md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: our zephon (Rust CLI) vs Zephon 0.2.0 (PyPI) vs Google Grain,
+# same corpora and settings, run one after another. See benches/peers/README.md.
+#
+#   bash benches/peers/run.sh [--quick] [--zephon-only | --peers-only] [--no-build] [bench_peers.py options]
+#
+#   --quick        30 steps instead of 200 (checkpoint still at step 20)
+#   --zephon-only  only our CLI          --peers-only  only Zephon 0.2.0 and Grain
+#   --no-build     do not run cargo; use target/release/zephon as it is (or $ZEPHON_BIN)
+#   other options go to bench_peers.py (e.g. --mix docs, --worker-kinds thread, --quiet-wait 0);
+#   see: .../venv/bin/python benches/peers/bench_peers.py --help
+#
+# Writes benches/peers/results/latest.{json,md} (raw logs and per-run JSON in results/raw/).
+# Environment: VENV (default ~/.cache/zephon-peers/venv), ZEPHON_TESTDATA, ZEPHON_BIN, CARGO_TARGET_DIR.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+VENV=${VENV:-$HOME/.cache/zephon-peers/venv}
+export VENV
+
+PEERS_ONLY=0 ZEPHON_ONLY=0 BUILD=1
+PASS=()
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --peers-only) PEERS_ONLY=1; PASS+=("$1") ;;
+        --zephon-only) ZEPHON_ONLY=1; PASS+=("$1") ;;
+        --no-build) BUILD=0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) PASS+=("$1") ;;
+    esac
+    shift
+done
+if [[ $PEERS_ONLY == 1 && $ZEPHON_ONLY == 1 ]]; then
+    echo "run.sh: --peers-only and --zephon-only exclude each other" >&2
+    exit 2
+fi
+
+log() { printf 'run.sh: %s\n' "$*" >&2; }
+
+# 1. Peer venv (pinned, idempotent). bench_peers.py itself needs it too (psutil, tokenizers).
+bash "$HERE/setup_venv.sh"
+PY=$VENV/bin/python
+
+# 2. Test data (fast no-op when present and current).
+(cd "$REPO" && bash scripts/fetch-testdata.sh)
+
+# 3. Our CLI.
+mkdir -p "$HERE/results/raw"
+ZEPHON_BIN=${ZEPHON_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/zephon}
+STATUS=()
+if [[ $PEERS_ONLY == 0 && $BUILD == 1 ]]; then
+    if command -v cargo >/dev/null 2>&1; then
+        log "cargo build --release -p zephon-cli (log: benches/peers/results/raw/cargo-build.log)"
+        if ! (cd "$REPO" && cargo build --release -p zephon-cli) >"$HERE/results/raw/cargo-build.log" 2>&1; then
+            tail -n 20 "$HERE/results/raw/cargo-build.log" >&2 || true
+            log "cargo build failed; zephon is reported as not built"
+            STATUS=(--zephon-status "not built (cargo build failed, see benches/peers/results/raw/cargo-build.log)")
+        fi
+    else
+        STATUS=(--zephon-status "not built (cargo not found)")
+    fi
+fi
+
+# 4. Measure, one system after another, and report.
+exec "$PY" "$HERE/bench_peers.py" --python "$PY" --zephon-bin "$ZEPHON_BIN" "${STATUS[@]}" "${PASS[@]}"
