@@ -10,11 +10,26 @@ use zephon::core::{Digest, step_fingerprint};
 
 use crate::CliError;
 
+/// What `demo` was asked to do.
+#[derive(clap::Args)]
 pub struct DemoArgs {
-    pub data: Option<(PathBuf, PathBuf)>,
+    /// Two dataset paths, A,B (instead of the generated corpus).
+    #[arg(long, value_delimiter = ',', num_args = 2)]
+    pub data: Option<Vec<PathBuf>>,
+    /// A tokenizer.json (with --data).
+    #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// Steps to run.
+    #[arg(long, default_value_t = 8)]
     pub steps: u64,
+    /// Steps of the separate throughput run at W = 1.
+    #[arg(long, default_value_t = 1000)]
+    pub throughput_steps: u64,
+    /// Worker threads.
+    #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     pub threads: usize,
+    /// Tokens per row.
+    #[arg(long, default_value_t = 512)]
     pub seq_len: usize,
 }
 
@@ -72,7 +87,7 @@ fn ranks(
     to: u64,
     resume: Option<&Path>,
     save: Option<&Path>,
-) -> Result<(Vec<Digest>, u64), CliError> {
+) -> Result<Vec<Digest>, CliError> {
     let mut loaders = Vec::new();
     for r in 0..w {
         let mut exec = spec.exec();
@@ -85,12 +100,10 @@ fn ranks(
         });
     }
     let mut fps = Vec::new();
-    let mut tokens = 0;
     while loaders[0].position().0 < to {
         let mut digests = Vec::new();
         for l in &mut loaders {
             let step = l.next_step()?.ok_or_else(|| CliError::Usage("the data ended early".into()))?;
-            tokens += crate::run::step_tokens(&step);
             digests.extend(step.lane_digests().map(|(_, d)| d));
         }
         fps.push(step_fingerprint(&digests));
@@ -100,13 +113,31 @@ fn ranks(
             l.checkpoint(dir)?;
         }
     }
-    Ok((fps, tokens))
+    Ok(fps)
+}
+
+/// One rank at W = 1 for `steps` steps: (time to the first batch, tokens after it, seconds
+/// after it).
+fn throughput(spec: &Spec, threads: usize, steps: u64) -> Result<(f64, u64, f64), CliError> {
+    let mut exec = spec.exec();
+    exec.threads = threads;
+    let t0 = Instant::now();
+    let mut loader = spec.pipeline()?.exec(exec).build(spec.topology(1, 0)?)?;
+    let ended = || CliError::Usage("the data ended early".into());
+    loader.next_step()?.ok_or_else(ended)?;
+    let ttfb = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut tokens = 0;
+    for _ in 1..steps.max(2) {
+        tokens += crate::run::step_tokens(&loader.next_step()?.ok_or_else(ended)?);
+    }
+    Ok((ttfb, tokens, t1.elapsed().as_secs_f64()))
 }
 
 pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
     let t0 = Instant::now();
-    let (a, b, tokenizer) = match (&args.data, &args.tokenizer) {
-        (Some((a, b)), Some(t)) => (a.clone(), b.clone(), t.clone()),
+    let (a, b, tokenizer) = match (args.data.as_deref(), &args.tokenizer) {
+        (Some([a, b]), Some(t)) => (a.clone(), b.clone(), t.clone()),
         (None, None) => {
             eprintln!("demo: generating the embedded corpus and training a tokenizer (first run only)...");
             let dir = crate::corpus::ensure_demo_data().map_err(CliError::Usage)?;
@@ -125,17 +156,15 @@ pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
     let steps = args.steps.max(2);
     let setup = t0.elapsed().as_secs_f64();
 
-    let t1 = Instant::now();
-    let (reference, tokens) = ranks(&spec, 1, args.threads, steps, None, None)?;
-    let secs = t1.elapsed().as_secs_f64();
+    let reference = ranks(&spec, 1, args.threads, steps, None, None)?;
     let mut columns = vec![("W=1", reference.clone())];
     for (label, w) in [("W=2", 2), ("W=4", 4), ("W=8", 8)] {
-        columns.push((label, ranks(&spec, w, (args.threads / w as usize).max(1), steps, None, None)?.0));
+        columns.push((label, ranks(&spec, w, (args.threads / w as usize).max(1), steps, None, None)?));
     }
     let cut = steps / 2;
     let tmp = std::env::temp_dir().join(format!("zephon-demo-{}", std::process::id()));
-    let (mut resumed, _) = ranks(&spec, 2, args.threads.div_ceil(2), cut, None, Some(&tmp))?;
-    resumed.extend(ranks(&spec, 4, (args.threads / 4).max(1), steps, Some(&tmp), None)?.0);
+    let mut resumed = ranks(&spec, 2, args.threads.div_ceil(2), cut, None, Some(&tmp))?;
+    resumed.extend(ranks(&spec, 4, (args.threads / 4).max(1), steps, Some(&tmp), None)?);
     let _ = std::fs::remove_dir_all(&tmp);
     columns.push(("W=2→4", resumed));
 
@@ -155,12 +184,16 @@ pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
     let all_equal = columns.iter().all(|(_, c)| c == &reference);
     println!();
     println!("resume: W=2 ran steps 0..{cut}, checkpointed, and W=4 continued from it.");
+    let (ttfb, tokens, secs) = throughput(&spec, args.threads, args.throughput_steps)?;
     println!(
-        "throughput (W=1, {} threads): {:.0} tokens/s ({:.2} M tokens in {:.1} s); setup {:.1} s",
+        "throughput (W=1, {} threads, {} steps): {:.2} M tokens/s after the first batch ({:.1} M tokens in {:.1} s); \
+         first batch after {:.2} s; data and tokenizer setup {:.1} s",
         args.threads,
-        tokens as f64 / secs,
+        args.throughput_steps,
+        tokens as f64 / secs / 1e6,
         tokens as f64 / 1e6,
         secs,
+        ttfb,
         setup
     );
     if all_equal {

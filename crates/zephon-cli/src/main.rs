@@ -55,60 +55,9 @@ struct Cli {
 enum Command {
     /// Run the seed's experiment on an embedded default (no download): fingerprints at W = 1,
     /// 2, 4, 8 and across a resume, then throughput.
-    Demo {
-        /// Two dataset paths, A,B (instead of the generated corpus).
-        #[arg(long, value_delimiter = ',', num_args = 2)]
-        data: Option<Vec<PathBuf>>,
-        /// A tokenizer.json (with --data).
-        #[arg(long)]
-        tokenizer: Option<PathBuf>,
-        /// Steps to run.
-        #[arg(long, default_value_t = 8)]
-        steps: u64,
-        /// Worker threads.
-        #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
-        threads: usize,
-        /// Tokens per row.
-        #[arg(long, default_value_t = 512)]
-        seq_len: usize,
-    },
+    Demo(demo::DemoArgs),
     /// Run one rank of a spec (rank and world size from flags or RANK/WORLD_SIZE).
-    Run {
-        #[arg(long)]
-        spec: PathBuf,
-        /// Stop when the next step reaches this index (absolute, also after a resume).
-        #[arg(long)]
-        steps: Option<u64>,
-        #[arg(long)]
-        world_size: Option<u32>,
-        #[arg(long)]
-        rank: Option<u32>,
-        /// A checkpoint folder (or a --checkpoint-dir root: its newest complete step).
-        #[arg(long)]
-        resume_from: Option<PathBuf>,
-        /// Checkpoint after every K-th step into --checkpoint-dir/step-NNNNNNNN.
-        #[arg(long)]
-        checkpoint_every: Option<u64>,
-        /// Checkpoint once, after step K.
-        #[arg(long)]
-        checkpoint_at: Option<u64>,
-        #[arg(long)]
-        checkpoint_dir: Option<PathBuf>,
-        /// TSV, one line per owned lane per step: step, lane, sha256 of the lane's rows.
-        #[arg(long)]
-        hash_log: Option<PathBuf>,
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Hand rows out in microbatches of this size (hashes are computed from them).
-        #[arg(long)]
-        microbatch: Option<usize>,
-        /// No progress bar.
-        #[arg(long)]
-        quiet: bool,
-        /// Write timings as JSON here.
-        #[arg(long)]
-        report: Option<PathBuf>,
-    },
+    Run(run::RunArgs),
     /// Run the spec as separate rank processes at several world sizes (and resumes) and
     /// compare every global step.
     Verify {
@@ -172,44 +121,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { data, tokenizer, steps, threads, seq_len } => demo::demo(&demo::DemoArgs {
-            data: data.map(|v| (v[0].clone(), v[1].clone())),
-            tokenizer,
-            steps,
-            threads,
-            seq_len,
-        }),
-        Command::Run {
-            spec,
-            steps,
-            world_size,
-            rank,
-            resume_from,
-            checkpoint_every,
-            checkpoint_at,
-            checkpoint_dir,
-            hash_log,
-            threads,
-            microbatch,
-            quiet,
-            report,
-        } => run::run(&run::RunArgs {
-            spec,
-            steps,
-            world_size,
-            rank,
-            resume_from,
-            checkpoint_every,
-            checkpoint_at,
-            checkpoint_dir,
-            hash_log,
-            threads,
-            microbatch,
-            quiet,
-            report,
-        })
-        .map(|r| {
-            if !quiet {
+        Command::Demo(args) => demo::demo(&args),
+        Command::Run(args) => run::run(&args).map(|r| {
+            if !args.quiet {
                 eprintln!(
                     "done: steps {}..{}, {:.2} M tokens, {:.0} tokens/s, first batch after {:.2} s",
                     r.first_step,

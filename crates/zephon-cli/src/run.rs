@@ -11,21 +11,41 @@ use zephon::{LocalStep, Spec, Topology, Value};
 use crate::CliError;
 
 /// What `run` was asked to do.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct RunArgs {
+    #[arg(long)]
     pub spec: PathBuf,
-    /// Stop when the next step to deliver reaches this (absolute) index.
+    /// Stop when the next step reaches this index (absolute, also after a resume).
+    #[arg(long)]
     pub steps: Option<u64>,
+    #[arg(long)]
     pub world_size: Option<u32>,
+    #[arg(long)]
     pub rank: Option<u32>,
+    /// A checkpoint folder (or a --checkpoint-dir root: its newest complete step).
+    #[arg(long)]
     pub resume_from: Option<PathBuf>,
+    /// Checkpoint after every K-th step into --checkpoint-dir/step-NNNNNNNN.
+    #[arg(long)]
     pub checkpoint_every: Option<u64>,
+    /// Checkpoint once, after step K.
+    #[arg(long)]
     pub checkpoint_at: Option<u64>,
+    #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
+    /// TSV, one line per owned lane per step: step, lane, sha256 of the lane's rows.
+    #[arg(long)]
     pub hash_log: Option<PathBuf>,
+    #[arg(long)]
     pub threads: Option<usize>,
+    /// Hand rows out in microbatches of this size (hashes are computed from them).
+    #[arg(long)]
     pub microbatch: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
     pub quiet: bool,
+    /// Write timings as JSON here.
+    #[arg(long)]
     pub report: Option<PathBuf>,
 }
 

@@ -144,40 +144,33 @@ pub(crate) fn apply_chain<'a>(
     record: Record,
     out: &mut Vec<Record>,
 ) -> Result<(), (&'a str, OpError)> {
-    match ops {
-        [] => {
-            out.push(record);
-            Ok(())
-        }
-        [only] => only.apply(record, out).map_err(|e| (only.name(), e)),
-        [first, rest @ ..] => {
-            let mut mid = Vec::new();
-            first.apply(record, &mut mid).map_err(|e| (first.name(), e))?;
-            for r in mid {
-                apply_chain(rest, r, out)?;
-            }
-            Ok(())
-        }
-    }
+    apply_chain_prefix(ops, record, None, out)
 }
 
-/// [`apply_chain`] for a restore that needs only positions `0..until` (see
-/// `Operator::apply_prefix`).
+/// [`apply_chain`], or with `until`, the restore's version that needs only positions
+/// `0..until` of the record (see `Operator::apply_prefix`).
 pub(crate) fn apply_chain_prefix<'a>(
     ops: &'a [Arc<dyn Operator>],
     record: Record,
-    until: u32,
+    until: Option<u32>,
     out: &mut Vec<Record>,
 ) -> Result<(), (&'a str, OpError)> {
+    let apply = |op: &'a Arc<dyn Operator>, r: Record, out: &mut Vec<Record>| {
+        match until {
+            Some(until) => op.apply_prefix(r, until, out),
+            None => op.apply(r, out),
+        }
+        .map_err(|e| (op.name(), e))
+    };
     match ops {
         [] => {
             out.push(record);
             Ok(())
         }
-        [only] => only.apply_prefix(record, until, out).map_err(|e| (only.name(), e)),
+        [only] => apply(only, record, out),
         [first, rest @ ..] => {
             let mut mid = Vec::new();
-            first.apply_prefix(record, until, &mut mid).map_err(|e| (first.name(), e))?;
+            apply(first, record, &mut mid)?;
             for r in mid {
                 apply_chain_prefix(rest, r, until, out)?;
             }

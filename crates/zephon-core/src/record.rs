@@ -400,14 +400,20 @@ impl Record {
     /// element count (u64 LE), then the elements little-endian (floats as IEEE bits). Lineage
     /// is not part of the encoding: the bytes of a row are what the model trains on.
     pub fn encode_canonical(&self, sink: &mut dyn FnMut(&[u8])) {
-        let mut order: Vec<usize> = (0..self.fields.len()).collect();
-        order.sort_by(|&a, &b| self.fields[a].0.cmp(&self.fields[b].0));
         sink(&(self.fields.len() as u32).to_le_bytes());
-        for i in order {
-            let (name, value) = &self.fields[i];
+        let field = |(name, value): &(Field, Value)| {
             sink(&(name.as_str().len() as u32).to_le_bytes());
             sink(name.as_str().as_bytes());
             encode_value(value, sink);
+        };
+        // Digests run once per row: skip the sort (and its allocation) when the fields were
+        // set in name order already.
+        if self.fields.is_sorted_by(|a, b| a.0 <= b.0) {
+            self.fields.iter().for_each(field);
+        } else {
+            let mut order: Vec<&(Field, Value)> = self.fields.iter().collect();
+            order.sort_by(|a, b| a.0.cmp(&b.0));
+            order.into_iter().for_each(field);
         }
     }
 }

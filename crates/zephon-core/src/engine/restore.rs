@@ -58,7 +58,7 @@ impl<'a> Rebuilder<'a> {
         for (id, read) in ids.into_iter().zip(reads) {
             let rec = read.map_err(|e| (id, e))?;
             let mut outs = Vec::new();
-            apply_chain_prefix(&self.plan.parallel, rec, until[&id], &mut outs)
+            apply_chain_prefix(&self.plan.parallel, rec, Some(until[&id]), &mut outs)
                 .map_err(|(op, e)| (id, OpError::Fatal(format!("operator {op}: {e}"))))?;
             self.cache.insert(id, outs);
         }
