@@ -31,8 +31,10 @@ impl Operator for Sentences {
         for (i, _) in text.match_indices(". ").chain([(text.len(), "")]) {
             let end = (i + 2).min(text.len());
             if end > start {
-                let piece = Lineage::single(Fragment { sample, start: start as u32, end: end as u32 });
-                out.push(Record::new(piece).with(&"text".into(), Value::Str(text[start..end].into())));
+                // Byte offsets of one document fit in u32: readers refuse larger rows.
+                let piece = Fragment::range(sample, start as u32, end as u32)
+                    .ok_or_else(|| OpError::Fatal(format!("sentence {start}..{end} is reversed")))?;
+                out.push(Record::new(Lineage::single(piece)).with(&"text".into(), Value::text(&text[start..end])));
             }
             start = end;
         }
@@ -53,7 +55,7 @@ struct JoinRows {
 fn join(parts: &[Record]) -> Record {
     let lineage = Lineage::from_fragments(parts.iter().flat_map(|p| p.lineage().fragments().to_vec()).collect());
     let text: String = parts.iter().filter_map(|p| p.str("text")).collect();
-    Record::new(lineage).with(&"row".into(), Value::Str(text))
+    Record::new(lineage).with(&"row".into(), Value::text(text))
 }
 
 impl Accumulator for JoinRows {

@@ -54,10 +54,11 @@ pub fn inspect(args: &InspectArgs) -> Result<(), CliError> {
                     let d = f.sample.dataset as usize;
                     let name = names.get(d).map_or("?", String::as_str);
                     let shard = shards.get(d).and_then(|s| s.get(f.sample.shard as usize)).map_or("?", String::as_str);
-                    println!(
-                        "    {name} shard {} row {} tokens [{}..{})  {shard}",
-                        f.sample.shard, f.sample.row, f.start, f.end
-                    );
+                    let extent = match f.positions() {
+                        Some(p) => format!("tokens {p}"),
+                        None => "whole".to_string(),
+                    };
+                    println!("    {name} shard {} row {} {extent}  {shard}", f.sample.shard, f.sample.row);
                 }
             }
         }

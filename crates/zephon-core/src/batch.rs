@@ -1,95 +1,258 @@
-//! Columnar batches: named arrays with a shape, made from rows.
+//! Columnar batches: named dense and ragged columns made from rows, with each row's lineage.
 
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::array::{Array, ArrayData, DType, Element, Shape};
+use crate::buffer::Buffer;
 use crate::error::OpError;
-use crate::record::{Array, Field, Record, Value};
+use crate::lineage::Lineage;
+use crate::record::{Attachment, Field, Record, Value};
 
-/// The values of one column, row-major.
+/// Items of varying shape, and a varying number of them per row: every item's elements
+/// concatenated into one flat array, with offsets.
+///
+/// Item `i` is elements `item_offsets[i]..item_offsets[i + 1]` of `values`, of shape
+/// `item_shapes[i]`; row `r` holds items `row_offsets[r]..row_offsets[r + 1]`. The
+/// constructor checks all of that, so accessors never fail on a valid value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ragged {
+    values: Array,
+    item_offsets: Vec<usize>,
+    item_shapes: Vec<Shape>,
+    row_offsets: Vec<usize>,
+}
+
+impl Ragged {
+    /// Checks and builds a ragged column: `values` is one-dimensional, `item_offsets` starts at
+    /// 0, never decreases, ends at the element count and has one more entry than
+    /// `item_shapes`; each item's shape holds its elements; `row_offsets` starts at 0, never
+    /// decreases and ends at the item count.
+    pub fn new(
+        values: Array,
+        item_offsets: Vec<usize>,
+        item_shapes: Vec<Shape>,
+        row_offsets: Vec<usize>,
+    ) -> Result<Ragged, String> {
+        if values.shape().ndim() != 1 {
+            return Err(format!("ragged values must be one-dimensional, not {}", values.shape()));
+        }
+        let monotone = |o: &[usize], end: usize| o.first() == Some(&0) && o.last() == Some(&end) && o.is_sorted();
+        if item_offsets.len() != item_shapes.len() + 1 || !monotone(&item_offsets, values.len()) {
+            return Err(format!(
+                "{} item offsets for {} items over {} elements are inconsistent",
+                item_offsets.len(),
+                item_shapes.len(),
+                values.len()
+            ));
+        }
+        for (i, shape) in item_shapes.iter().enumerate() {
+            let n = item_offsets[i + 1] - item_offsets[i];
+            if shape.numel() != Some(n) {
+                return Err(format!("item {i} has {n} elements but shape {shape}"));
+            }
+        }
+        if !monotone(&row_offsets, item_shapes.len()) {
+            return Err(format!("row offsets {row_offsets:?} do not cover {} items", item_shapes.len()));
+        }
+        Ok(Ragged { values, item_offsets, item_shapes, row_offsets })
+    }
+
+    /// Every item's elements, concatenated (one-dimensional).
+    pub fn values(&self) -> &Array {
+        &self.values
+    }
+
+    /// The dtype of the items.
+    pub fn dtype(&self) -> DType {
+        self.values.dtype()
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.row_offsets.len() - 1
+    }
+
+    /// Number of items over all rows.
+    pub fn items(&self) -> usize {
+        self.item_shapes.len()
+    }
+
+    /// The items of row `row`, as item indices.
+    pub fn row_items(&self, row: usize) -> Range<usize> {
+        match (self.row_offsets.get(row), self.row_offsets.get(row + 1)) {
+            (Some(&a), Some(&b)) => a..b,
+            _ => 0..0,
+        }
+    }
+
+    /// Item `i` as an array of its own shape, sharing the elements.
+    pub fn item(&self, i: usize) -> Option<Array> {
+        let (start, end) = (*self.item_offsets.get(i)?, *self.item_offsets.get(i + 1)?);
+        let data = self.values.data().slice(start, end)?;
+        Array::new(data, self.item_shapes.get(i)?.clone()).ok()
+    }
+
+    /// Element offsets of the items (items + 1 entries).
+    pub fn item_offsets(&self) -> &[usize] {
+        &self.item_offsets
+    }
+
+    /// Shapes of the items.
+    pub fn item_shapes(&self) -> &[Shape] {
+        &self.item_shapes
+    }
+
+    /// Item offsets of the rows (rows + 1 entries).
+    pub fn row_offsets(&self) -> &[usize] {
+        &self.row_offsets
+    }
+
+    /// When every item has at least one dimension and all share their inner dimensions, the
+    /// shape of the items stacked along their outermost one (`[Σ patches, C·p·p]` for patch
+    /// arrays); `None` otherwise.
+    pub fn stacked_shape(&self) -> Option<Shape> {
+        let first = self.item_shapes.first()?;
+        if first.ndim() == 0 || self.item_shapes.iter().any(|s| s.ndim() == 0 || s.dims()[1..] != first.dims()[1..]) {
+            return None;
+        }
+        Some(first.with_outer(self.item_shapes.iter().map(Shape::outer).sum()))
+    }
+
+    /// The parts, moved out: values, item offsets, item shapes, row offsets.
+    pub fn into_parts(self) -> (Array, Vec<usize>, Vec<Shape>, Vec<usize>) {
+        (self.values, self.item_offsets, self.item_shapes, self.row_offsets)
+    }
+}
+
+/// The values of one column.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ColumnData {
-    /// Unsigned bytes.
-    U8(Vec<u8>),
-    /// 32-bit signed integers.
-    I32(Vec<i32>),
-    /// 32-bit unsigned integers.
-    U32(Vec<u32>),
-    /// 64-bit signed integers.
-    I64(Vec<i64>),
-    /// 32-bit floats.
-    F32(Vec<f32>),
-    /// 64-bit floats.
-    F64(Vec<f64>),
+    /// One array per row, all of one shape, stacked: shape `[rows, ...]`. Integer and float
+    /// fields become `i64[rows]` and `f64[rows]`.
+    Dense(Array),
+    /// Arrays whose shape differs between rows (one item per row), or attachments (any number
+    /// per row).
+    Ragged(Ragged),
     /// One string per row.
-    Str(Vec<String>),
+    Str(Vec<Arc<str>>),
     /// One byte string per row.
-    Bytes(Vec<Vec<u8>>),
+    Bytes(Vec<Buffer<u8>>),
 }
 
 impl ColumnData {
-    fn type_name(&self) -> &'static str {
+    fn describe(&self) -> String {
         match self {
-            ColumnData::U8(_) => "u8",
-            ColumnData::I32(_) => "i32",
-            ColumnData::U32(_) => "u32",
-            ColumnData::I64(_) => "i64",
-            ColumnData::F32(_) => "f32",
-            ColumnData::F64(_) => "f64",
-            ColumnData::Str(_) => "str",
-            ColumnData::Bytes(_) => "bytes",
+            ColumnData::Dense(a) => format!("{}{}", a.dtype(), a.shape()),
+            ColumnData::Ragged(r) => {
+                format!("ragged {} ({} items in {} rows)", r.dtype(), r.items(), r.rows())
+            }
+            ColumnData::Str(v) => format!("str[{}]", v.len()),
+            ColumnData::Bytes(v) => format!("bytes[{}]", v.len()),
         }
     }
 }
 
-/// One named column: `shape[0]` is the row count.
+/// One named column.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Column {
-    /// The field name.
+    /// The field name (for attachments: `kind.field`, and `kind.span`).
     pub name: Field,
-    /// Dimensions, rows first.
-    pub shape: Vec<usize>,
     /// The values.
     pub data: ColumnData,
 }
 
-/// Rows stacked into columns. Every row must have the same fields, and array fields the same
-/// length in every row (rows of a training step are fixed-shape).
+impl Column {
+    /// The stacked array of a dense column.
+    pub fn dense(&self) -> Option<&Array> {
+        match &self.data {
+            ColumnData::Dense(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The ragged values of a ragged column.
+    pub fn ragged(&self) -> Option<&Ragged> {
+        match &self.data {
+            ColumnData::Ragged(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The elements of a dense `u32` column (row-major).
+    pub fn as_u32(&self) -> Option<&[u32]> {
+        self.dense()?.as_u32()
+    }
+
+    /// The elements of a dense `i32` column (row-major).
+    pub fn as_i32(&self) -> Option<&[i32]> {
+        self.dense()?.as_i32()
+    }
+
+    /// The elements of a dense `i64` column (row-major).
+    pub fn as_i64(&self) -> Option<&[i64]> {
+        self.dense()?.as_i64()
+    }
+
+    /// The elements of a dense `u8` column (row-major).
+    pub fn as_u8(&self) -> Option<&[u8]> {
+        self.dense()?.as_u8()
+    }
+
+    /// The elements of a dense `f32` column (row-major).
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        self.dense()?.as_f32()
+    }
+}
+
+/// Rows stacked into columns, with each row's lineage (which samples and token ranges made
+/// it).
+///
+/// - Fields: every row must have the same fields with the same kind of value. An array field
+///   whose shape is the same in every row becomes a dense column `[rows, ...shape]`;
+///   otherwise a ragged column with one item per row.
+/// - Attachments: for each kind `k` and value `f`, a ragged column `k.f` of the row's
+///   attachments in order, and `k.span`, an `i32[2]` item per attachment: its start on the
+///   row's axis and its length (`[-1, 0]` if unplaced).
+///
+/// Building a batch of several rows copies their arrays once into contiguous columns; a batch
+/// then hands its buffers over without another copy ([`Batch::into_columns`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
     rows: usize,
     columns: Vec<Column>,
+    lineage: Vec<Lineage>,
 }
 
 impl Batch {
-    /// Stacks `rows` in order; columns in the first row's field order.
+    /// Stacks `rows` in order: row fields in the first row's order, then attachment columns.
     pub fn from_rows<'a>(rows: impl IntoIterator<Item = &'a Record>) -> Result<Batch, OpError> {
         let rows: Vec<&Record> = rows.into_iter().collect();
         let Some(first) = rows.first() else {
             return Ok(Batch::default());
         };
         let mut columns = Vec::new();
-        for (name, proto) in first.fields() {
-            let mismatch = |i: usize, what: &str| {
-                OpError::Data(format!("row {i} of the batch: field {name} {what} (rows of a batch must match)"))
-            };
-            let mut data = empty_like(proto);
-            let mut width: Option<usize> = None;
+        for (name, _) in first.fields() {
+            let mut values = Vec::with_capacity(rows.len());
             for (i, row) in rows.iter().enumerate() {
-                let v = row.get(name.as_str()).ok_or_else(|| mismatch(i, "is missing"))?;
-                let n = push_value(&mut data, v).ok_or_else(|| mismatch(i, "has another type"))?;
-                if let Some(n) = n {
-                    match width {
-                        None => width = Some(n),
-                        Some(w) if w != n => return Err(mismatch(i, &format!("has {n} elements, row 0 has {w}"))),
-                        _ => {}
-                    }
-                }
+                values.push(row.get(name.as_str()).ok_or_else(|| {
+                    OpError::Data(format!("row {i} of the batch has no field {name} (rows of a batch must match)"))
+                })?);
             }
-            let shape = match width {
-                Some(w) => vec![rows.len(), w],
-                None => vec![rows.len()],
-            };
-            columns.push(Column { name: name.clone(), shape, data });
+            let data = stack(&values).map_err(|m| OpError::Data(format!("field {name}: {m}")))?;
+            columns.push(Column { name: name.clone(), data });
         }
-        Ok(Batch { rows: rows.len(), columns })
+        for (i, row) in rows.iter().enumerate() {
+            if row.fields().len() != first.fields().len() {
+                return Err(OpError::Data(format!(
+                    "row {i} of the batch has {} fields, row 0 has {} (rows of a batch must match)",
+                    row.fields().len(),
+                    first.fields().len()
+                )));
+            }
+        }
+        columns.extend(attachment_columns(&rows)?);
+        Ok(Batch { rows: rows.len(), columns, lineage: rows.iter().map(|r| r.lineage().clone()).collect() })
     }
 
     /// Number of rows.
@@ -107,52 +270,278 @@ impl Batch {
         self.columns.iter().find(|c| c.name.as_str() == name)
     }
 
+    /// The lineage of row `row`: which samples and token ranges made it.
+    pub fn lineage(&self, row: usize) -> Option<&Lineage> {
+        self.lineage.get(row)
+    }
+
+    /// Every row's lineage, in row order.
+    pub fn lineages(&self) -> &[Lineage] {
+        &self.lineage
+    }
+
+    /// The columns, moved out with their buffers (no copy), and the rows' lineage.
+    pub fn into_parts(self) -> (Vec<Column>, Vec<Lineage>) {
+        (self.columns, self.lineage)
+    }
+
+    /// The columns, moved out with their buffers (no copy).
+    pub fn into_columns(self) -> Vec<Column> {
+        self.columns
+    }
+
     /// A one-line summary per column: name, type, shape.
     pub fn describe(&self) -> String {
-        self.columns
+        self.columns.iter().map(|c| format!("{}: {}", c.name, c.data.describe())).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// One column from one value per row.
+fn stack(values: &[&Value]) -> Result<ColumnData, String> {
+    let mismatch = |i: usize, v: &Value, want: &str| format!("row {i} has {}, row 0 has {want}", v.describe());
+    match values[0] {
+        Value::Str(_) => values
             .iter()
-            .map(|c| format!("{}: {}{:?}", c.name, c.data.type_name(), c.shape))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-fn empty_like(v: &Value) -> ColumnData {
-    match v {
-        Value::Str(_) => ColumnData::Str(Vec::new()),
-        Value::Bytes(_) => ColumnData::Bytes(Vec::new()),
-        Value::Int(_) => ColumnData::I64(Vec::new()),
-        Value::Float(_) => ColumnData::F64(Vec::new()),
-        Value::Array(a) | Value::Seq(a) => match a {
-            Array::U8(_) => ColumnData::U8(Vec::new()),
-            Array::I32(_) => ColumnData::I32(Vec::new()),
-            Array::U32(_) => ColumnData::U32(Vec::new()),
-            Array::I64(_) => ColumnData::I64(Vec::new()),
-            Array::F32(_) => ColumnData::F32(Vec::new()),
-        },
-    }
-}
-
-/// Appends `v` to `data`; returns `Some(Some(len))` for arrays, `Some(None)` for scalars,
-/// `None` on a type mismatch.
-fn push_value(data: &mut ColumnData, v: &Value) -> Option<Option<usize>> {
-    match (data, v) {
-        (ColumnData::Str(d), Value::Str(s)) => d.push(s.clone()),
-        (ColumnData::Bytes(d), Value::Bytes(b)) => d.push(b.clone()),
-        (ColumnData::I64(d), Value::Int(i)) => d.push(*i),
-        (ColumnData::F64(d), Value::Float(x)) => d.push(*x),
-        (data, Value::Array(a) | Value::Seq(a)) => {
-            match (data, a) {
-                (ColumnData::U8(d), Array::U8(a)) => d.extend_from_slice(a),
-                (ColumnData::I32(d), Array::I32(a)) => d.extend_from_slice(a),
-                (ColumnData::U32(d), Array::U32(a)) => d.extend_from_slice(a),
-                (ColumnData::I64(d), Array::I64(a)) => d.extend_from_slice(a),
-                (ColumnData::F32(d), Array::F32(a)) => d.extend_from_slice(a),
-                _ => return None,
-            }
-            return Some(Some(a.len()));
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::Str(s) => Ok(s.clone()),
+                other => Err(mismatch(i, other, "text")),
+            })
+            .collect::<Result<_, _>>()
+            .map(ColumnData::Str),
+        Value::Bytes(_) => values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::Bytes(b) => Ok(b.clone()),
+                other => Err(mismatch(i, other, "bytes")),
+            })
+            .collect::<Result<_, _>>()
+            .map(ColumnData::Bytes),
+        Value::Int(_) => {
+            let v: Vec<i64> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::Int(x) => Ok(*x),
+                    other => Err(mismatch(i, other, "an integer")),
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(ColumnData::Dense(Array::from_vec(v)))
         }
-        _ => return None,
+        Value::Float(_) => {
+            let v: Vec<f64> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::Float(x) => Ok(*x),
+                    other => Err(mismatch(i, other, "a float")),
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(ColumnData::Dense(Array::from_vec(v)))
+        }
+        Value::Array(first) | Value::Seq(first) => {
+            let mut arrays = Vec::with_capacity(values.len());
+            for (i, v) in values.iter().enumerate() {
+                match v.as_array() {
+                    Some(a) if a.dtype() == first.dtype() => arrays.push(a),
+                    Some(a) => return Err(format!("row {i} is {}, row 0 is {}", a.dtype(), first.dtype())),
+                    None => return Err(mismatch(i, v, "an array")),
+                }
+            }
+            if arrays.iter().all(|a| a.shape() == first.shape()) {
+                let data = concat(&arrays)?;
+                let shape = first.shape().stacked(arrays.len());
+                Ok(ColumnData::Dense(Array::new(data, shape).map_err(|e| e.to_string())?))
+            } else {
+                let shapes = arrays.iter().map(|a| a.shape().clone()).collect();
+                ragged(&arrays, shapes, (0..=arrays.len()).collect())
+            }
+        }
     }
-    Some(None)
+}
+
+/// A ragged column of `items` (arrays of one dtype), with `row_offsets` into them.
+fn ragged(items: &[&Array], shapes: Vec<Shape>, row_offsets: Vec<usize>) -> Result<ColumnData, String> {
+    let mut item_offsets = Vec::with_capacity(items.len() + 1);
+    item_offsets.push(0);
+    let mut at = 0;
+    for a in items {
+        at += a.len();
+        item_offsets.push(at);
+    }
+    let data = concat(items)?;
+    let values = Array::new(data, Shape::vector(at)).map_err(|e| e.to_string())?;
+    Ok(ColumnData::Ragged(Ragged::new(values, item_offsets, shapes, row_offsets)?))
+}
+
+/// The elements of `arrays` (one dtype) end to end. A single array is shared, not copied.
+fn concat(arrays: &[&Array]) -> Result<ArrayData, String> {
+    fn cat<T: Element>(arrays: &[&Array]) -> Result<ArrayData, String> {
+        if let [only] = arrays {
+            return Ok(only.data().clone());
+        }
+        let mut v: Vec<T> = Vec::with_capacity(arrays.iter().map(|a| a.len()).sum());
+        for a in arrays {
+            v.extend_from_slice(
+                a.as_slice::<T>().ok_or_else(|| format!("mixed dtypes: {} and {}", T::DTYPE, a.dtype()))?,
+            );
+        }
+        Ok(T::wrap(Buffer::new(v)))
+    }
+    let Some(first) = arrays.first() else {
+        return Ok(ArrayData::U8(Buffer::default()));
+    };
+    match first.dtype() {
+        DType::U8 => cat::<u8>(arrays),
+        DType::I32 => cat::<i32>(arrays),
+        DType::U32 => cat::<u32>(arrays),
+        DType::I64 => cat::<i64>(arrays),
+        DType::F32 => cat::<f32>(arrays),
+        DType::F64 => cat::<f64>(arrays),
+        DType::BF16 => cat::<half::bf16>(arrays),
+        DType::F16 => cat::<half::f16>(arrays),
+    }
+}
+
+/// The ragged columns of the rows' attachments: `kind.field` per value, `kind.span` per kind,
+/// in order of first appearance.
+fn attachment_columns(rows: &[&Record]) -> Result<Vec<Column>, OpError> {
+    let mut kinds: Vec<(&Field, Vec<&Field>)> = Vec::new();
+    for row in rows {
+        for a in row.attachments() {
+            let i = match kinds.iter().position(|(k, _)| *k == a.kind()) {
+                Some(i) => i,
+                None => {
+                    kinds.push((a.kind(), Vec::new()));
+                    kinds.len() - 1
+                }
+            };
+            for (name, _) in a.values() {
+                if !kinds[i].1.contains(&name) {
+                    kinds[i].1.push(name);
+                }
+            }
+        }
+    }
+    let mut columns = Vec::new();
+    for (kind, names) in kinds {
+        let mut row_offsets = vec![0];
+        let mut of_kind: Vec<&Attachment> = Vec::new();
+        for row in rows {
+            of_kind.extend(row.attachments().iter().filter(|a| a.kind() == kind));
+            row_offsets.push(of_kind.len());
+        }
+        for name in names {
+            let bad = |m: String| OpError::Data(format!("attachment column {kind}.{name}: {m}"));
+            // Scalars and byte strings become arrays so that every item is an array.
+            let owned: Vec<Array> = of_kind
+                .iter()
+                .map(|a| match a.get(name.as_str()) {
+                    Some(Value::Array(x) | Value::Seq(x)) => Ok(x.clone()),
+                    Some(Value::Int(x)) => Ok(Array::with_shape(vec![*x], Shape::new(&[])).map_err(|e| e.to_string())?),
+                    Some(Value::Float(x)) => {
+                        Ok(Array::with_shape(vec![*x], Shape::new(&[])).map_err(|e| e.to_string())?)
+                    }
+                    Some(Value::Bytes(b)) => Ok(Array::vector(b.clone())),
+                    Some(Value::Str(s)) => Ok(Array::from_vec(s.as_bytes().to_vec())),
+                    None => Err(format!("{kind} #{} has no value {name}, others of its kind do", a.item())),
+                })
+                .collect::<Result<_, String>>()
+                .map_err(bad)?;
+            let items: Vec<&Array> = owned.iter().collect();
+            if let Some(odd) = items.iter().find(|a| a.dtype() != items[0].dtype()) {
+                return Err(bad(format!("items of dtypes {} and {}", items[0].dtype(), odd.dtype())));
+            }
+            let shapes = items.iter().map(|a| a.shape().clone()).collect();
+            let data = ragged(&items, shapes, row_offsets.clone()).map_err(bad)?;
+            columns.push(Column { name: Field::new(&format!("{kind}.{name}")), data });
+        }
+        let spans: Vec<Array> = of_kind
+            .iter()
+            .map(|a| {
+                let (s, n) = a.span().map_or((-1, 0), |s| (s.start() as i32, s.len() as i32));
+                Array::from_vec(vec![s, n])
+            })
+            .collect();
+        let items: Vec<&Array> = spans.iter().collect();
+        let shapes = items.iter().map(|a| a.shape().clone()).collect();
+        let data = ragged(&items, shapes, row_offsets)
+            .map_err(|m| OpError::Data(format!("attachment column {kind}.span: {m}")))?;
+        columns.push(Column { name: Field::new(&format!("{kind}.span")), data });
+    }
+    Ok(columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::SampleId;
+    use crate::lineage::{Fragment, Span};
+
+    fn row(n: u32, images: &[(u32, u32, usize)]) -> Record {
+        let frag = Fragment::range(SampleId::new(0, 0, n as u64), 0, n).unwrap();
+        let mut r = Record::new(Lineage::single(frag))
+            .with(&"ids".into(), Value::seq((0..n).collect::<Vec<u32>>()))
+            .with(&"n".into(), Value::Int(n as i64));
+        for (k, &(at, len, side)) in images.iter().enumerate() {
+            let px = Array::with_shape(vec![k as u8; side * side * 3], [side, side, 3]).unwrap();
+            r.attach(
+                Attachment::new(&"image".into(), k as u32)
+                    .placed(Span::at(at, len).unwrap(), true)
+                    .with(&"pixels".into(), Value::Array(px)),
+            );
+        }
+        r
+    }
+
+    #[test]
+    fn equal_shapes_stack_dense_others_go_ragged() {
+        let rows = [row(3, &[]), row(3, &[])];
+        let b = Batch::from_rows(&rows).unwrap();
+        assert_eq!(b.column("ids").unwrap().dense().unwrap().shape().dims(), &[2, 3]);
+        assert_eq!(b.column("n").unwrap().as_i64(), Some(&[3, 3][..]));
+        let rows = [row(2, &[]), row(3, &[])];
+        let b = Batch::from_rows(&rows).unwrap();
+        let r = b.column("ids").unwrap().ragged().unwrap();
+        assert_eq!((r.rows(), r.items()), (2, 2));
+        assert_eq!(r.item(1).unwrap().as_u32(), Some(&[0, 1, 2][..]));
+        assert_eq!(b.lineage(1), Some(rows[1].lineage()));
+    }
+
+    #[test]
+    fn attachments_become_ragged_columns_per_row() {
+        let rows = [row(8, &[(0, 2, 2), (4, 2, 3)]), row(8, &[]), row(8, &[(1, 3, 1)])];
+        let b = Batch::from_rows(&rows).unwrap();
+        let px = b.column("image.pixels").unwrap().ragged().unwrap();
+        assert_eq!(px.row_offsets(), &[0, 2, 2, 3]);
+        assert_eq!(px.item_shapes()[1].dims(), &[3, 3, 3]);
+        assert_eq!(px.item(2).unwrap().as_u8(), Some(&[0u8, 0, 0][..]));
+        assert!(px.stacked_shape().is_none(), "items differ in inner dimensions");
+        let spans = b.column("image.span").unwrap().ragged().unwrap();
+        assert_eq!(spans.values().as_i32(), Some(&[0, 2, 4, 2, 1, 3][..]));
+    }
+
+    #[test]
+    fn into_columns_moves_buffers() {
+        let rows = [row(4, &[]), row(4, &[])];
+        let b = Batch::from_rows(&rows).unwrap();
+        let ptr = b.column("ids").unwrap().as_u32().unwrap().as_ptr();
+        let cols = b.into_columns();
+        let ids = cols.into_iter().find(|c| c.name.as_str() == "ids").unwrap();
+        let ColumnData::Dense(a) = ids.data else { panic!("dense") };
+        let ArrayData::U32(buf) = a.into_data() else { panic!("u32") };
+        assert!(buf.is_exclusive());
+        let v = buf.into_vec();
+        assert_eq!(v.as_ptr(), ptr, "moved out, not copied");
+    }
+
+    #[test]
+    fn mismatched_rows_are_errors() {
+        let a = row(3, &[]);
+        let b = row(3, &[]).with(&"n".into(), Value::text("x"));
+        assert!(Batch::from_rows([&a, &b]).unwrap_err().to_string().contains("field n: row 1 has text"));
+        let c = row(3, &[]).with(&"extra".into(), Value::Int(1));
+        assert!(Batch::from_rows([&a, &c]).is_err());
+    }
 }

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! ZEPHON-CHECKPOINT
-//! format 1
+//! format 2
 //! length <body bytes>
 //! sha256 <hex of body>
 //! <body: JSON of the lanes' states and the run fingerprint>
@@ -24,11 +24,11 @@ use serde::{Deserialize, Serialize};
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::id::Lane;
+use crate::lineage::Lineage;
 use crate::operator::AccumulatorState;
-use crate::record::Lineage;
 
 /// The checkpoint format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const MAGIC: &str = "ZEPHON-CHECKPOINT";
 /// File name extension of checkpoint files.
 pub const EXTENSION: &str = "zck";

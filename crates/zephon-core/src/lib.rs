@@ -45,12 +45,16 @@
 
 #![deny(missing_docs)]
 
+mod array;
 mod batch;
+mod buffer;
 pub mod checkpoint;
 mod digest;
+mod encoding;
 mod engine;
 mod error;
 mod id;
+mod lineage;
 mod operator;
 mod operators;
 mod record;
@@ -59,18 +63,23 @@ mod source;
 mod step;
 mod topology;
 
-pub use batch::{Batch, Column, ColumnData};
+pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
+pub use batch::{Batch, Column, ColumnData, Ragged};
+pub use buffer::Buffer;
 pub use checkpoint::{Cursor, LaneState, RunFingerprint};
 pub use digest::{Digest, Hasher};
+pub use encoding::{ENCODING_VERSION, encode_record};
 pub use engine::{BadRecords, Engine, ExecOptions, RunSpec, Tail};
 pub use error::{Error, OpError, Result};
+pub use half;
 pub use id::{Lane, SampleId, Step};
+pub use lineage::{Extent, Fragment, Lineage, Span};
 pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput};
 pub use operators::Operators;
-pub use record::{Array, Field, Fragment, Lineage, Record, Value};
+pub use record::{Attachment, Field, Record, Value, safe_cut};
 pub use rng::{Permutation, Rng, RngKey};
 pub use source::{
-    Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, WorkSource,
+    Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, WorkSource, deal_chunk,
 };
 pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
 pub use topology::{RankEnv, Topology};

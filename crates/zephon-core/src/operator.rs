@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::OpError;
 use crate::id::Lane;
-use crate::record::{Lineage, Record};
+use crate::lineage::Lineage;
+use crate::record::Record;
 
 /// What an operator does: a stateless transformation, an accumulator, or both in that order.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

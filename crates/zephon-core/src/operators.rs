@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use crate::digest::Digest;
 use crate::error::{Error, OpError, Result};
+use crate::lineage::Lineage;
 use crate::operator::{Accumulator, LaneContext, Operator, OperatorKind};
-use crate::record::{Lineage, Record};
+use crate::record::Record;
 
 /// Operators in order. Records flow through each operator's stateless part, then its
 /// accumulator, then on to the next operator.

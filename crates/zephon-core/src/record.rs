@@ -1,11 +1,13 @@
-//! Records: named fields plus the lineage that says which samples made them.
+//! Records: named values, attachments anchored on the sequence axis, and the lineage that
+//! says which samples made them.
 
 use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
+use crate::array::Array;
+use crate::buffer::Buffer;
 use crate::id::SampleId;
+use crate::lineage::{Fragment, Lineage, Span};
 
 /// A field name. Cheap to clone: records of one pipeline share their names.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,246 +43,187 @@ impl From<&str> for Field {
     }
 }
 
-/// A typed array.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Array {
-    /// Bytes or pixels.
-    U8(Vec<u8>),
-    /// Signed 32-bit integers (labels with an ignore index, positions).
-    I32(Vec<i32>),
-    /// Unsigned 32-bit integers (token ids).
-    U32(Vec<u32>),
-    /// Signed 64-bit integers.
-    I64(Vec<i64>),
-    /// 32-bit floats.
-    F32(Vec<f32>),
-}
-
-impl Array {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        match self {
-            Array::U8(v) => v.len(),
-            Array::I32(v) => v.len(),
-            Array::U32(v) => v.len(),
-            Array::I64(v) => v.len(),
-            Array::F32(v) => v.len(),
-        }
-    }
-
-    /// Whether the array has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Elements `start..end` as a new array. The caller checks the bounds.
-    fn slice(&self, start: usize, end: usize) -> Array {
-        match self {
-            Array::U8(v) => Array::U8(v[start..end].to_vec()),
-            Array::I32(v) => Array::I32(v[start..end].to_vec()),
-            Array::U32(v) => Array::U32(v[start..end].to_vec()),
-            Array::I64(v) => Array::I64(v[start..end].to_vec()),
-            Array::F32(v) => Array::F32(v[start..end].to_vec()),
-        }
-    }
-}
-
-/// The value of one field.
+/// The value of one field. Payloads are shared: cloning a value never copies its bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     /// UTF-8 text.
-    Str(String),
+    Str(Arc<str>),
     /// Opaque bytes (an encoded image, a raw payload).
-    Bytes(Vec<u8>),
+    Bytes(Buffer<u8>),
     /// An integer.
     Int(i64),
     /// A float.
     Float(f64),
     /// An array that is not aligned with the record's sequence axis; never sliced.
     Array(Array),
-    /// An array with one element per position of the record's sequence axis: sliced when the
-    /// record is sliced (token ids, per-token weights).
+    /// An array whose outermost dimension is the record's sequence axis (token ids, per-token
+    /// weights): sliced along it when the record is sliced.
     Seq(Array),
 }
 
-/// A piece of one sample: positions `start..end` of its sequence axis.
-///
-/// The positions count in whatever unit the stateless operators give the sample's sequence
-/// axis (tokens after tokenization). A record read from storage and not yet given an axis
-/// has the empty range `0..0`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Fragment {
-    /// The sample.
-    pub sample: SampleId,
-    /// First position, inclusive.
-    pub start: u32,
-    /// Last position, exclusive.
-    pub end: u32,
-}
-
-impl Fragment {
-    /// The whole of `sample` before any operator gave it a sequence axis.
-    pub const fn whole(sample: SampleId) -> Self {
-        Fragment { sample, start: 0, end: 0 }
+impl Value {
+    /// Text.
+    pub fn text(s: impl Into<Arc<str>>) -> Value {
+        Value::Str(s.into())
     }
 
-    /// Number of positions.
-    pub fn len(&self) -> u32 {
-        self.end - self.start
+    /// A one-dimensional [`Value::Seq`] over `elements` (no copy).
+    pub fn seq<T: crate::Element>(elements: Vec<T>) -> Value {
+        Value::Seq(Array::from_vec(elements))
     }
 
-    /// Whether the fragment spans no positions.
-    pub fn is_empty(&self) -> bool {
-        self.end == self.start
+    /// A one-dimensional [`Value::Array`] over `elements` (no copy).
+    pub fn array<T: crate::Element>(elements: Vec<T>) -> Value {
+        Value::Array(Array::from_vec(elements))
     }
 
-    /// Whether `other` lies inside `self` (same sample, contained range).
-    pub fn covers(&self, other: &Fragment) -> bool {
-        self.sample == other.sample && self.start <= other.start && other.end <= self.end
-    }
-}
-
-/// Checkpoints hold thousands of fragments: each is written as five numbers,
-/// `[dataset, shard, row, start, end]`, not as a keyed object.
-impl Serialize for Fragment {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (self.sample.dataset, self.sample.shard, self.sample.row, self.start, self.end).serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Fragment {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (dataset, shard, row, start, end) = <(u32, u32, u64, u32, u32)>::deserialize(d)?;
-        if start > end {
-            return Err(serde::de::Error::custom(format!("fragment range {start}..{end} is reversed")));
-        }
-        Ok(Fragment { sample: SampleId::new(dataset, shard, row), start, end })
-    }
-}
-
-impl fmt::Display for Fragment {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} [{}..{})", self.sample, self.start, self.end)
-    }
-}
-
-/// Which pieces of which samples made a record, in order.
-///
-/// Lineage is the record's identity for checkpoints: an accumulator exports the lineage of the
-/// records it buffers, and restore rebuilds them from storage. Operators that split one record
-/// into several must give the pieces disjoint ranges, so that lineage identifies each.
-///
-/// Most records come from one sample, so one fragment is stored inline (no allocation);
-/// longer lineages are shared, so that exporting a buffer of packed rows at every checkpoint
-/// boundary costs a reference count per row, not a copy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Lineage(Repr);
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-enum Repr {
-    #[default]
-    Empty,
-    One(Fragment),
-    Many(std::sync::Arc<Vec<Fragment>>),
-}
-
-impl Lineage {
-    /// A lineage of one fragment.
-    pub fn single(fragment: Fragment) -> Self {
-        Lineage(Repr::One(fragment))
-    }
-
-    /// A lineage from fragments in order.
-    pub fn from_fragments(fragments: Vec<Fragment>) -> Self {
-        match fragments.as_slice() {
-            [] => Lineage(Repr::Empty),
-            [f] => Lineage(Repr::One(*f)),
-            _ => Lineage(Repr::Many(std::sync::Arc::new(fragments))),
-        }
-    }
-
-    /// The fragments in order.
-    pub fn fragments(&self) -> &[Fragment] {
-        match &self.0 {
-            Repr::Empty => &[],
-            Repr::One(f) => std::slice::from_ref(f),
-            Repr::Many(v) => v,
-        }
-    }
-
-    /// Appends a fragment.
-    pub fn push(&mut self, fragment: Fragment) {
-        self.0 = match std::mem::take(&mut self.0) {
-            Repr::Empty => Repr::One(fragment),
-            Repr::One(f) => Repr::Many(std::sync::Arc::new(vec![f, fragment])),
-            Repr::Many(mut v) => {
-                std::sync::Arc::make_mut(&mut v).push(fragment);
-                Repr::Many(v)
-            }
-        };
-    }
-
-    /// The only fragment, if there is exactly one.
-    pub fn as_single(&self) -> Option<&Fragment> {
-        match &self.0 {
-            Repr::One(f) => Some(f),
+    /// The array of an `Array` or `Seq` value.
+    pub fn as_array(&self) -> Option<&Array> {
+        match self {
+            Value::Array(a) | Value::Seq(a) => Some(a),
             _ => None,
         }
     }
 
-    /// The first fragment's sample: the record's origin for error messages.
-    pub fn first_sample(&self) -> Option<SampleId> {
-        self.fragments().first().map(|f| f.sample)
-    }
-
-    /// Whether this lineage identifies a record that contains the record `wanted` identifies:
-    /// equal lineages, or single fragments of one sample with a contained range.
-    pub fn covers(&self, wanted: &Lineage) -> bool {
-        match (self.as_single(), wanted.as_single()) {
-            (Some(have), Some(want)) => have.covers(want),
-            _ => self == wanted,
+    /// What kind of value this is, for messages ("text", "a u32 array of shape [3]", ...).
+    pub fn describe(&self) -> String {
+        match self {
+            Value::Str(_) => "text".into(),
+            Value::Bytes(_) => "bytes".into(),
+            Value::Int(_) => "an integer".into(),
+            Value::Float(_) => "a float".into(),
+            Value::Array(a) => format!("a {} Array of shape {}", a.dtype(), a.shape()),
+            Value::Seq(a) => format!("a {} Seq of shape {}", a.dtype(), a.shape()),
         }
     }
 }
 
-impl Serialize for Lineage {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.fragments().serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Lineage {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Vec::<Fragment>::deserialize(d).map(Lineage::from_fragments)
-    }
-}
-
-impl fmt::Display for Lineage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, frag) in self.fragments().iter().enumerate() {
-            if i > 0 {
-                f.write_str(" + ")?;
-            }
-            write!(f, "{frag}")?;
-        }
-        Ok(())
-    }
-}
-
-/// One item flowing through a pipeline: named fields plus lineage.
+/// An item carried by a record beside its fields (an image, later audio), placed at a span of
+/// the record's sequence axis: the placeholder tokens that stand for it.
 ///
-/// Field order is insertion order; [`Record::encode_canonical`] sorts by name, so two records
-/// with the same fields and values encode the same whatever order operators set them in.
+/// Spans are relative to the record's own axis (position 0 is the record's first token), so
+/// slicing a record moves them, and a packed row holds its attachments at their positions in
+/// the row. An attachment is identified by its sample and `(kind, item)`; `item` numbers the
+/// sample's attachments of one kind from 0.
+///
+/// Slicing keeps exactly the attachments whose anchor (span start) falls in the slice, so a
+/// split never duplicates or loses one. An **atomic** attachment's span must never be cut:
+/// a slice boundary inside it is an error, and packers place the span whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attachment {
+    kind: Field,
+    item: u32,
+    span: Option<Span>,
+    atomic: bool,
+    values: Vec<(Field, Value)>,
+}
+
+impl Attachment {
+    /// Item `item` of kind `kind`, not yet placed on the sequence axis.
+    pub fn new(kind: &Field, item: u32) -> Self {
+        Attachment { kind: kind.clone(), item, span: None, atomic: false, values: Vec::new() }
+    }
+
+    /// Its kind (`image`).
+    pub fn kind(&self) -> &Field {
+        &self.kind
+    }
+
+    /// Its number among the sample's attachments of this kind.
+    pub fn item(&self) -> u32 {
+        self.item
+    }
+
+    /// Where it sits on the record's axis, once placed.
+    pub fn span(&self) -> Option<Span> {
+        self.span
+    }
+
+    /// Whether its span must never be cut.
+    pub fn is_atomic(&self) -> bool {
+        self.atomic
+    }
+
+    /// Places it at `span` of the record's axis; `atomic` forbids cutting the span.
+    #[must_use]
+    pub fn placed(mut self, span: Span, atomic: bool) -> Self {
+        self.span = Some(span);
+        self.atomic = atomic;
+        self
+    }
+
+    /// Sets a value, replacing one of the same name.
+    pub fn set(&mut self, name: &Field, value: Value) {
+        set_in(&mut self.values, name, value);
+    }
+
+    /// Builder form of [`Attachment::set`].
+    #[must_use]
+    pub fn with(mut self, name: &Field, value: Value) -> Self {
+        self.set(name, value);
+        self
+    }
+
+    /// The value called `name`.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.values.iter().find(|(n, _)| n.as_str() == name).map(|(_, v)| v)
+    }
+
+    /// Removes value `name` and returns it.
+    pub fn take(&mut self, name: &str) -> Option<Value> {
+        let i = self.values.iter().position(|(n, _)| n.as_str() == name)?;
+        Some(self.values.remove(i).1)
+    }
+
+    /// The values in insertion order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = (&Field, &Value)> {
+        self.values.iter().map(|(n, v)| (n, v))
+    }
+
+    pub(crate) fn values_slice(&self) -> &[(Field, Value)] {
+        &self.values
+    }
+
+    /// Whether a boundary at `p` would cut this attachment's span.
+    fn cut_by(&self, p: u32) -> bool {
+        self.atomic && self.span.is_some_and(|s| s.start() < p && p < s.end())
+    }
+}
+
+/// The largest position at or before `at` that no atomic attachment among `attachments`
+/// contains strictly inside: where a cut near `at` may fall. A span's start is a safe cut.
+pub fn safe_cut(attachments: &[Attachment], at: usize) -> usize {
+    let mut at = at;
+    // Spans may overlap: moving before one span can land inside another.
+    while let Some(s) = attachments.iter().filter(|a| a.cut_by(at as u32)).find_map(|a| a.span) {
+        at = s.start() as usize;
+    }
+    at
+}
+
+fn set_in(fields: &mut Vec<(Field, Value)>, name: &Field, value: Value) {
+    match fields.iter_mut().find(|(n, _)| n == name) {
+        Some((_, v)) => *v = value,
+        None => fields.push((name.clone(), value)),
+    }
+}
+
+/// One item flowing through a pipeline: named fields, attachments, and lineage.
+///
+/// Field order is insertion order; the canonical encoding ([`crate::encode_record`]) sorts by
+/// name, so two records with the same fields and values encode the same whatever order
+/// operators set them in.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
     fields: Vec<(Field, Value)>,
+    attachments: Vec<Attachment>,
     lineage: Lineage,
 }
 
 impl Record {
     /// An empty record made from `lineage`.
     pub fn new(lineage: Lineage) -> Self {
-        Record { fields: Vec::new(), lineage }
+        Record { fields: Vec::new(), attachments: Vec::new(), lineage }
     }
 
     /// A record read from storage: the whole of `sample`, no fields yet.
@@ -300,13 +243,11 @@ impl Record {
 
     /// Sets a field, replacing a field of the same name.
     pub fn set(&mut self, name: &Field, value: Value) {
-        match self.fields.iter_mut().find(|(n, _)| n == name) {
-            Some((_, v)) => *v = value,
-            None => self.fields.push((name.clone(), value)),
-        }
+        set_in(&mut self.fields, name, value);
     }
 
     /// Builder form of [`Record::set`].
+    #[must_use]
     pub fn with(mut self, name: &Field, value: Value) -> Self {
         self.set(name, value);
         self
@@ -324,8 +265,12 @@ impl Record {
     }
 
     /// The fields in insertion order.
-    pub fn fields(&self) -> impl Iterator<Item = (&Field, &Value)> {
+    pub fn fields(&self) -> impl ExactSizeIterator<Item = (&Field, &Value)> {
         self.fields.iter().map(|(n, v)| (n, v))
+    }
+
+    pub(crate) fn fields_slice(&self) -> &[(Field, Value)] {
+        &self.fields
     }
 
     /// Text field `name`, if present and text.
@@ -336,48 +281,136 @@ impl Record {
         }
     }
 
-    /// Length of the sequence axis: the length of the `Seq` fields, which must agree.
-    /// `None` when the record has no `Seq` field.
+    /// The attachments, in the order they were added (packers keep them in axis order).
+    pub fn attachments(&self) -> &[Attachment] {
+        &self.attachments
+    }
+
+    /// The attachments, to change their values in place (a decoder replacing encoded bytes
+    /// with pixels). Their spans are fixed by [`Record::slice`] and the packers.
+    pub fn attachments_mut(&mut self) -> impl Iterator<Item = &mut Attachment> {
+        self.attachments.iter_mut()
+    }
+
+    /// Adds an attachment.
+    pub fn attach(&mut self, attachment: Attachment) {
+        self.attachments.push(attachment);
+    }
+
+    /// Removes and returns every attachment.
+    pub fn take_attachments(&mut self) -> Vec<Attachment> {
+        std::mem::take(&mut self.attachments)
+    }
+
+    /// Length of the sequence axis: the outermost dimension of the `Seq` fields, which must
+    /// agree. `None` when the record has no `Seq` field.
     pub fn seq_len(&self) -> Option<usize> {
         self.fields.iter().find_map(|(_, v)| match v {
-            Value::Seq(a) => Some(a.len()),
+            Value::Seq(a) => Some(a.shape().outer()),
             _ => None,
         })
     }
 
-    /// Positions `start..end` of the sequence axis: every `Seq` field is sliced, other fields
-    /// are kept, and a single-fragment lineage is narrowed to match.
+    /// Positions `start..end` of the sequence axis (relative to this record): every `Seq`
+    /// field is sliced along its outermost dimension without copying, other fields are kept,
+    /// attachments anchored in the range are kept (moved to the slice's positions), and the
+    /// single-fragment lineage is narrowed to match.
     ///
-    /// Fails when the range is out of bounds, the `Seq` fields disagree in length, or the
-    /// lineage has several fragments (a record made of several samples is not sliced).
+    /// Fails when the range is out of bounds, a `Seq` field does not span the lineage, the
+    /// record is made of several fragments or has no sequence axis yet, an attachment has not
+    /// been placed, or a boundary would cut an atomic attachment.
     pub fn slice(&self, start: usize, end: usize) -> Result<Record, String> {
         let frag = self
             .lineage
             .as_single()
             .ok_or_else(|| format!("cannot slice a record made of several fragments ({})", self.lineage))?;
-        if start > end || end > frag.len() as usize {
+        let whole = frag.positions().ok_or_else(|| format!("cannot slice {frag}: it has no sequence axis yet"))?;
+        let n = whole.len() as usize;
+        if start > end || end > n {
             return Err(format!("slice {start}..{end} outside {frag}"));
         }
+        // Positions fit in u32 because the fragment's do.
+        let (s32, e32) = (start as u32, end as u32);
         let mut fields = Vec::with_capacity(self.fields.len());
         for (name, value) in &self.fields {
             let value = match value {
                 Value::Seq(a) => {
-                    if a.len() != frag.len() as usize {
+                    if a.shape().outer() != n {
                         return Err(format!(
-                            "field {name} has {} positions but the lineage {frag} has {}",
-                            a.len(),
-                            frag.len()
+                            "field {name} has {} positions but the lineage {frag} has {n}",
+                            a.shape().outer()
                         ));
                     }
-                    Value::Seq(a.slice(start, end))
+                    Value::Seq(a.slice_outer(start, end).ok_or_else(|| format!("field {name} cannot be sliced"))?)
                 }
                 other => other.clone(),
             };
             fields.push((name.clone(), value));
         }
-        // Positions fit in u32 because the fragment's do.
-        let narrowed = Fragment { sample: frag.sample, start: frag.start + start as u32, end: frag.start + end as u32 };
-        Ok(Record { fields, lineage: Lineage::single(narrowed) })
+        let attachments = self.attachments_in(s32, e32, n as u32)?;
+        let narrowed = whole.sub(s32, e32 - s32).ok_or_else(|| format!("slice {start}..{end} outside {frag}"))?;
+        Ok(Record { fields, attachments, lineage: Lineage::single(Fragment::span(frag.sample, narrowed)) })
+    }
+
+    /// The attachments a slice `start..end` of an axis of `len` positions keeps, moved to the
+    /// slice's positions. An attachment anchored exactly at the end of the whole axis belongs
+    /// to the slice that ends it.
+    fn attachments_in(&self, start: u32, end: u32, len: u32) -> Result<Vec<Attachment>, String> {
+        let mut kept = Vec::new();
+        for a in &self.attachments {
+            let span = a.span.ok_or_else(|| {
+                format!(
+                    "attachment {} #{} has no place on the sequence axis, so the record cannot be sliced",
+                    a.kind, a.item
+                )
+            })?;
+            if a.cut_by(start) || a.cut_by(end) {
+                return Err(format!(
+                    "slice [{start}..{end}) would cut atomic attachment {} #{} at {span}",
+                    a.kind, a.item
+                ));
+            }
+            let anchor = span.start();
+            let inside = (start <= anchor && anchor < end) || (anchor == end && end == len && start < end);
+            if inside {
+                let mut moved = a.clone();
+                moved.span = span.shifted(-i64::from(start));
+                kept.push(moved);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// The largest position at or before `at` that no atomic attachment's span contains
+    /// strictly inside: where a cut near `at` may fall. A span's start is a safe cut.
+    pub fn safe_cut(&self, at: usize) -> usize {
+        safe_cut(&self.attachments, at)
+    }
+
+    /// The ends of the pieces that cut this record's axis into pieces of at most `max`
+    /// positions, each cut moved back to the start of any atomic attachment it would fall
+    /// inside. Fails when an atomic attachment is longer than `max` (no cut can keep it whole).
+    pub fn piece_ends(&self, max: usize) -> Result<Vec<usize>, String> {
+        let len = self.seq_len().unwrap_or(0);
+        let mut ends = Vec::with_capacity(len / max.max(1) + 1);
+        let mut at = 0;
+        while at < len {
+            let mut end = (at + max.max(1)).min(len);
+            if end < len {
+                let cut = self.safe_cut(end);
+                if cut <= at {
+                    let a = self.attachments.iter().find(|a| a.cut_by(end as u32));
+                    let what = a.map_or("an atomic attachment".to_string(), |a| {
+                        format!("{} #{} ({} positions)", a.kind, a.item, a.span.map_or(0, |s| s.len()))
+                    });
+                    return Err(format!("{what} is longer than the {max} positions a piece may have"));
+                }
+                end = cut;
+            }
+            ends.push(end);
+            at = end;
+        }
+        Ok(ends)
     }
 
     /// Narrows this record to exactly `lineage`: unchanged when the lineages are equal, sliced
@@ -387,92 +420,12 @@ impl Record {
             return Ok(self);
         }
         match (self.lineage.as_single(), lineage.as_single()) {
-            (Some(have), Some(want)) if have.covers(want) => {
-                self.slice((want.start - have.start) as usize, (want.end - have.start) as usize)
-            }
+            (Some(have), Some(want)) if have.covers(want) => match (have.positions(), want.positions()) {
+                (Some(h), Some(w)) => self.slice((w.start() - h.start()) as usize, (w.end() - h.start()) as usize),
+                _ => Err(format!("record {} has no sequence axis to narrow to {lineage}", self.lineage)),
+            },
             _ => Err(format!("record {} does not cover {lineage}", self.lineage)),
         }
-    }
-
-    /// Feeds the canonical encoding of the record's fields to `sink`.
-    ///
-    /// The number of fields (u32 LE), then the fields in name order; each as: name length (u32 LE), name bytes, a type tag (u8), an
-    /// element count (u64 LE), then the elements little-endian (floats as IEEE bits). Lineage
-    /// is not part of the encoding: the bytes of a row are what the model trains on.
-    pub fn encode_canonical(&self, sink: &mut dyn FnMut(&[u8])) {
-        sink(&(self.fields.len() as u32).to_le_bytes());
-        let field = |(name, value): &(Field, Value)| {
-            sink(&(name.as_str().len() as u32).to_le_bytes());
-            sink(name.as_str().as_bytes());
-            encode_value(value, sink);
-        };
-        // Digests run once per row: skip the sort (and its allocation) when the fields were
-        // set in name order already.
-        if self.fields.is_sorted_by(|a, b| a.0 <= b.0) {
-            self.fields.iter().for_each(field);
-        } else {
-            let mut order: Vec<&(Field, Value)> = self.fields.iter().collect();
-            order.sort_by(|a, b| a.0.cmp(&b.0));
-            order.into_iter().for_each(field);
-        }
-    }
-}
-
-fn encode_value(value: &Value, sink: &mut dyn FnMut(&[u8])) {
-    let header = |sink: &mut dyn FnMut(&[u8]), tag: u8, n: usize| {
-        sink(&[tag]);
-        sink(&(n as u64).to_le_bytes());
-    };
-    match value {
-        Value::Str(s) => {
-            header(sink, 1, s.len());
-            sink(s.as_bytes());
-        }
-        Value::Bytes(b) => {
-            header(sink, 2, b.len());
-            sink(b);
-        }
-        Value::Int(i) => {
-            header(sink, 3, 1);
-            sink(&i.to_le_bytes());
-        }
-        Value::Float(x) => {
-            header(sink, 4, 1);
-            sink(&x.to_bits().to_le_bytes());
-        }
-        Value::Array(a) => encode_array(a, 0x10, sink),
-        Value::Seq(a) => encode_array(a, 0x20, sink),
-    }
-}
-
-fn encode_array(a: &Array, base: u8, sink: &mut dyn FnMut(&[u8])) {
-    let (tag, n) = match a {
-        Array::U8(v) => (0, v.len()),
-        Array::I32(v) => (1, v.len()),
-        Array::U32(v) => (2, v.len()),
-        Array::I64(v) => (3, v.len()),
-        Array::F32(v) => (4, v.len()),
-    };
-    sink(&[base | tag]);
-    sink(&(n as u64).to_le_bytes());
-    match a {
-        Array::U8(v) => sink(v),
-        Array::I32(v) => feed_le(v, |x| x.to_le_bytes(), sink),
-        Array::U32(v) => feed_le(v, |x| x.to_le_bytes(), sink),
-        Array::I64(v) => feed_le(v, |x| x.to_le_bytes(), sink),
-        Array::F32(v) => feed_le(v, |x| x.to_bits().to_le_bytes(), sink),
-    }
-}
-
-/// Converts elements to little-endian bytes through a stack buffer: no allocation, no unsafe.
-fn feed_le<T: Copy, const N: usize>(v: &[T], to_bytes: impl Fn(T) -> [u8; N], sink: &mut dyn FnMut(&[u8])) {
-    let mut buf = [0u8; 4096];
-    let per = buf.len() / N;
-    for chunk in v.chunks(per) {
-        for (i, &x) in chunk.iter().enumerate() {
-            buf[i * N..(i + 1) * N].copy_from_slice(&to_bytes(x));
-        }
-        sink(&buf[..chunk.len() * N]);
     }
 }
 
@@ -482,45 +435,64 @@ mod tests {
 
     fn rec(tokens: Vec<u32>) -> Record {
         let sample = SampleId::new(0, 1, 2);
-        Record::new(Lineage::single(Fragment { sample, start: 10, end: 10 + tokens.len() as u32 }))
-            .with(&Field::new("ids"), Value::Seq(Array::U32(tokens)))
+        let n = tokens.len() as u32;
+        Record::new(Lineage::single(Fragment::range(sample, 10, 10 + n).unwrap()))
+            .with(&Field::new("ids"), Value::seq(tokens))
             .with(&Field::new("src"), Value::Int(7))
+    }
+
+    fn image(item: u32, start: u32, len: u32, atomic: bool) -> Attachment {
+        Attachment::new(&"image".into(), item)
+            .placed(Span::at(start, len).unwrap(), atomic)
+            .with(&"pixels".into(), Value::array(vec![item as u8; 4]))
     }
 
     #[test]
     fn slice_narrows_lineage_and_seq_fields() {
         let r = rec(vec![1, 2, 3, 4, 5]).slice(1, 3).unwrap();
-        assert_eq!(r.get("ids"), Some(&Value::Seq(Array::U32(vec![2, 3]))));
+        assert_eq!(r.get("ids"), Some(&Value::seq(vec![2u32, 3])));
         assert_eq!(r.get("src"), Some(&Value::Int(7)));
-        let f = r.lineage().as_single().unwrap();
-        assert_eq!((f.start, f.end), (11, 13));
+        let f = r.lineage().as_single().unwrap().positions().unwrap();
+        assert_eq!((f.start(), f.end()), (11, 13));
         assert!(rec(vec![1, 2]).slice(1, 3).is_err());
+        let whole = Record::from_sample(SampleId::new(0, 0, 0));
+        assert!(whole.slice(0, 0).unwrap_err().contains("no sequence axis"));
     }
 
     #[test]
-    fn canonical_encoding_ignores_field_order_not_values() {
-        let a = Record::from_sample(SampleId::new(0, 0, 0))
-            .with(&"x".into(), Value::Int(1))
-            .with(&"y".into(), Value::Str("a".into()));
-        let b = Record::from_sample(SampleId::new(9, 9, 9))
-            .with(&"y".into(), Value::Str("a".into()))
-            .with(&"x".into(), Value::Int(1));
-        let enc = |r: &Record| {
-            let mut v = Vec::new();
-            r.encode_canonical(&mut |b| v.extend_from_slice(b));
-            v
+    fn slices_keep_each_attachment_once_and_never_cut_atomic_ones() {
+        let mut r = rec((0..10).collect());
+        r.attach(image(0, 0, 2, true));
+        r.attach(image(1, 4, 3, true));
+        r.attach(image(2, 10, 0, false)); // anchored at the very end
+        let pieces = [(0, 4), (4, 7), (7, 10)];
+        let mut seen = Vec::new();
+        for (s, e) in pieces {
+            let p = r.slice(s, e).unwrap();
+            for a in p.attachments() {
+                seen.push((a.item(), s as u32 + a.span().unwrap().start()));
+            }
+        }
+        assert_eq!(seen, vec![(0, 0), (1, 4), (2, 10)]);
+        let e = r.slice(0, 5).unwrap_err();
+        assert!(e.contains("would cut atomic attachment image #1"), "{e}");
+        // Non-atomic spans may be cut; the attachment stays with its anchor.
+        let mut loose = rec((0..10).collect());
+        loose.attach(image(0, 4, 3, false));
+        assert_eq!(loose.slice(0, 5).unwrap().attachments().len(), 1);
+        assert_eq!(loose.slice(5, 10).unwrap().attachments().len(), 0);
+    }
+
+    #[test]
+    fn slicing_shares_payloads() {
+        let mut r = rec((0..1000).collect());
+        r.attach(image(0, 500, 1, false));
+        let p = r.slice(400, 600).unwrap();
+        let ids = |r: &Record| r.get("ids").and_then(Value::as_array).unwrap().buffer::<u32>().unwrap().clone();
+        assert!(ids(&p).shares_memory_with(&ids(&r)));
+        let px = |r: &Record| {
+            r.attachments()[0].get("pixels").and_then(Value::as_array).unwrap().buffer::<u8>().unwrap().clone()
         };
-        assert_eq!(enc(&a), enc(&b));
-        let c = a.clone().with(&"x".into(), Value::Int(2));
-        assert_ne!(enc(&a), enc(&c));
-    }
-
-    #[test]
-    fn feed_le_matches_per_element_encoding() {
-        let v: Vec<u32> = (0..3000).map(|i| i * 7919).collect();
-        let mut got = Vec::new();
-        feed_le(&v, |x: u32| x.to_le_bytes(), &mut |b| got.extend_from_slice(b));
-        let want: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        assert_eq!(got, want);
+        assert!(px(&p).shares_memory_with(&px(&r)));
     }
 }

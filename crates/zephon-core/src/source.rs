@@ -140,6 +140,17 @@ impl Datasets {
     }
 }
 
+/// The global index of lane `lane`'s `n`-th chunk in a run of `lanes` lanes.
+///
+/// Block `n` of `lanes` consecutive chunks is dealt one chunk per lane by a permutation keyed
+/// by `(seed, n)`: every lane gets one chunk of each block, so lanes stay balanced, and a lane
+/// finds its `n`-th chunk in O(1) whatever the lane count. Every work source deals through
+/// this function.
+pub fn deal_chunk(seed: u64, lane: Lane, lanes: u32, n: u64) -> u64 {
+    let deal = Permutation::new(u64::from(lanes), RngKey::new(seed, "chunk-deal").with(n));
+    n * u64::from(lanes) + deal.apply(u64::from(lane.0))
+}
+
 /// A piece of work for one lane: samples to process in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chunk {
@@ -180,7 +191,7 @@ impl MemoryDataset {
         let field = Field::new(field);
         let shards = shards
             .into_iter()
-            .map(|rows| rows.into_iter().map(|t| vec![(field.clone(), Value::Str(t))]).collect())
+            .map(|rows| rows.into_iter().map(|t| vec![(field.clone(), Value::text(t))]).collect())
             .collect();
         MemoryDataset::from_rows(name, shards)
     }
@@ -198,7 +209,7 @@ impl MemoryDataset {
                     for row in rows {
                         let r = Record::from_sample(SampleId::new(0, 0, 0));
                         let r = row.iter().fold(r, |r, (f, v)| r.with(f, v.clone()));
-                        r.encode_canonical(&mut |b| {
+                        crate::encoding::encode_record(&r, &mut |b| {
                             bytes += b.len() as u64;
                             h.update(b)
                         });
@@ -280,8 +291,7 @@ impl SequentialSource {
 impl WorkSource for SequentialSource {
     fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String> {
         let per_epoch = self.total.div_ceil(self.chunk_size);
-        let deal = Permutation::new(lanes as u64, RngKey::new(self.seed, "sequential-deal").with(n));
-        let g = n * lanes as u64 + deal.apply(lane.0 as u64);
+        let g = deal_chunk(self.seed, lane, lanes, n);
         if per_epoch == 0 || g >= per_epoch * self.epochs {
             return Ok(None);
         }

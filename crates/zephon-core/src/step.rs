@@ -1,10 +1,7 @@
 //! Steps: the rows each lane gives a step, the local step of a rank, microbatches, and the
 //! digests that prove two runs delivered the same bytes.
 
-use std::sync::Arc;
-
 use crate::batch::Batch;
-use crate::checkpoint::LaneState;
 use crate::digest::{Digest, Hasher};
 use crate::error::{Error, Result};
 use crate::id::{Lane, Step};
@@ -15,7 +12,7 @@ use crate::topology::Topology;
 pub fn lane_digest(rows: &[Record]) -> Digest {
     let mut h = Hasher::new();
     for r in rows {
-        r.encode_canonical(&mut |b| h.update(b));
+        crate::encoding::encode_record(r, &mut |b| h.update(b));
     }
     h.finish()
 }
@@ -39,7 +36,7 @@ pub struct LaneStep {
     pub(crate) rows: Vec<Record>,
     pub(crate) digest: Digest,
     /// The lane's state right after this step, if a snapshot was taken for it.
-    pub(crate) state: Option<Arc<LaneState>>,
+    pub(crate) state: Option<crate::engine::Snapshot>,
 }
 
 impl LaneStep {

@@ -204,8 +204,8 @@ fn json_value(v: serde_json::Value) -> Option<Value> {
             Some(i) => Value::Int(i),
             None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
-        J::String(s) => Value::Str(s),
-        other => Value::Str(other.to_string()),
+        J::String(s) => Value::text(s),
+        other => Value::text(other.to_string()),
     })
 }
 
@@ -310,7 +310,7 @@ mod tests {
     fn picks_fields_and_skips_others() {
         let names = [Field::new("text"), Field::new("id")];
         let v = parse_row(br#"{"id": 7, "skip": {"deep": [1,2]}, "text": "a\"b"}"#, &names).unwrap();
-        assert_eq!(v, vec![Some(Value::Str("a\"b".into())), Some(Value::Int(7))]);
+        assert_eq!(v, vec![Some(Value::text("a\"b")), Some(Value::Int(7))]);
         assert!(parse_row(b"[1,2]", &names).is_err());
         assert!(parse_row(br#"{"text": "x"} trailing"#, &names).is_err());
         assert!(parse_row(b"{\"text\": \"\xff\"}", &names).is_err(), "invalid UTF-8");

@@ -291,12 +291,12 @@ fn value_at(col: &dyn Array, i: usize) -> Option<Value> {
         return None;
     }
     Some(match col.data_type() {
-        DataType::Utf8 => Value::Str(col.as_string::<i32>().value(i).to_string()),
-        DataType::LargeUtf8 => Value::Str(col.as_string::<i64>().value(i).to_string()),
-        DataType::Utf8View => Value::Str(col.as_string_view().value(i).to_string()),
-        DataType::Binary => Value::Bytes(col.as_binary::<i32>().value(i).to_vec()),
-        DataType::LargeBinary => Value::Bytes(col.as_binary::<i64>().value(i).to_vec()),
-        DataType::BinaryView => Value::Bytes(col.as_binary_view().value(i).to_vec()),
+        DataType::Utf8 => Value::text(col.as_string::<i32>().value(i)),
+        DataType::LargeUtf8 => Value::text(col.as_string::<i64>().value(i)),
+        DataType::Utf8View => Value::text(col.as_string_view().value(i)),
+        DataType::Binary => Value::Bytes(col.as_binary::<i32>().value(i).into()),
+        DataType::LargeBinary => Value::Bytes(col.as_binary::<i64>().value(i).into()),
+        DataType::BinaryView => Value::Bytes(col.as_binary_view().value(i).into()),
         DataType::Boolean => Value::Int(col.as_boolean().value(i) as i64),
         DataType::Int8 => Value::Int(col.as_primitive::<Int8Type>().value(i) as i64),
         DataType::Int16 => Value::Int(col.as_primitive::<Int16Type>().value(i) as i64),

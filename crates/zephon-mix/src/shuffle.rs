@@ -63,7 +63,8 @@ struct ShuffleBuffer {
 pub(crate) fn lineage_hash(l: &Lineage) -> u64 {
     l.fragments().iter().fold(0x6c69_6e65_6167_6521, |h, f| {
         let s = mix64(h ^ f.sample.dataset as u64) ^ (f.sample.shard as u64).rotate_left(32);
-        mix64(mix64(s ^ f.sample.row) ^ ((f.start as u64) << 32 | f.end as u64))
+        let extent = f.positions().map_or(u64::MAX, |p| u64::from(p.start()) << 32 | u64::from(p.end()));
+        mix64(mix64(s ^ f.sample.row) ^ extent)
     })
 }
 

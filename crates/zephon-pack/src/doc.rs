@@ -1,64 +1,149 @@
-//! The input side: checking a tokenized record and cutting it into pieces of at most T tokens.
+//! The input side: checking a tokenized record and cutting it into pieces that fit a row.
 
-use zephon_core::{Array, Fragment, Record, Value};
+use zephon_core::{Attachment, Buffer, Field, Fragment, Lineage, Record, Value};
 
 use crate::config::LongDocs;
 use crate::error::PackError;
 
-/// A tokenized document (or a piece of one): its fragment and exactly its tokens.
+/// A tokenized document (or a piece of one), checked: one fragment spanning exactly its
+/// tokens, and its attachments placed within them.
+///
+/// The tokens are a view of the tokenizer's buffer and the attachments share their payloads:
+/// cutting a document into pieces copies nothing.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Doc {
+pub(crate) struct Piece {
     pub fragment: Fragment,
-    pub tokens: Vec<u32>,
+    pub tokens: Buffer<u32>,
+    pub attachments: Vec<Attachment>,
 }
 
-/// Takes the token ids out of `record` and checks them against its lineage. Every path that
-/// brings tokens into a row (push, import, rebuild) goes through here, so they agree on what a
-/// valid record is. `None` for an empty document: it has nothing to pack.
-pub(crate) fn read_doc(mut record: Record, field: &str) -> Result<Option<Doc>, PackError> {
+/// Takes the token ids and attachments out of `record` and checks them against its lineage.
+/// Every path that brings tokens into a row (push, import, rebuild) goes through here, so they
+/// agree on what a valid record is. `None` for an empty document: it has nothing to pack.
+pub(crate) fn read_piece(mut record: Record, field: &str) -> Result<Option<Piece>, PackError> {
     let Some(&fragment) = record.lineage().as_single() else {
         return Err(PackError::NotOneFragment { lineage: record_name(&record) });
     };
     let tokens = match record.take(field) {
-        Some(Value::Seq(Array::U32(t))) => t,
+        Some(Value::Seq(a)) if a.shape().ndim() == 1 && a.buffer::<u32>().is_some() => {
+            a.buffer::<u32>().cloned().unwrap_or_default()
+        }
         Some(other) => {
-            let found = describe(&other);
-            return Err(PackError::WrongType { lineage: record_name(&record), field: field.into(), found });
+            return Err(PackError::WrongType {
+                lineage: record_name(&record),
+                field: field.into(),
+                found: other.describe(),
+            });
         }
         None => return Err(PackError::MissingField { lineage: record_name(&record), field: field.into() }),
     };
-    // A reversed fragment (end < start) is reported, not subtracted into a panic.
-    let span = fragment.end.checked_sub(fragment.start);
-    if span.map(|s| s as usize) != Some(tokens.len()) {
+    let span = fragment.positions().map_or(-1, |p| i64::from(p.len()));
+    if span != tokens.len() as i64 {
         return Err(PackError::LengthMismatch {
             lineage: record_name(&record),
             field: field.into(),
-            span: i64::from(fragment.end) - i64::from(fragment.start),
+            span,
             tokens: tokens.len(),
         });
     }
     if let Some(&id) = tokens.iter().find(|&&t| t > i32::MAX as u32) {
         return Err(PackError::TokenTooLarge { lineage: record_name(&record), id });
     }
-    Ok((!tokens.is_empty()).then_some(Doc { fragment, tokens }))
+    let n = tokens.len() as u32;
+    let attachments = record.take_attachments();
+    for a in &attachments {
+        match a.span() {
+            Some(s) if s.end() <= n => {}
+            other => {
+                return Err(PackError::Attachment {
+                    lineage: record_name(&record),
+                    message: format!(
+                        "{} #{} is at {} but the record has {n} tokens",
+                        a.kind(),
+                        a.item(),
+                        other.map_or("no position".to_string(), |s| s.to_string())
+                    ),
+                });
+            }
+        }
+    }
+    Ok((!tokens.is_empty()).then_some(Piece { fragment, tokens, attachments }))
 }
 
-/// The pieces of `doc` the fit algorithms place: at most T tokens each, per the long-document
-/// policy. Split cuts `[0, T)`, `[T, 2T)`, ...; truncate keeps `[0, T)` only.
-pub(crate) fn pieces(doc: &Doc, seq_len: usize, long: LongDocs) -> impl Iterator<Item = (Fragment, &[u32])> {
-    let t = seq_len;
-    let keep = match long {
-        LongDocs::Split => doc.tokens.len(),
-        LongDocs::Truncate => doc.tokens.len().min(t),
-    };
-    doc.tokens[..keep].chunks(t).enumerate().map(move |(i, chunk)| (sub(doc.fragment, i * t, chunk.len()), chunk))
+impl Piece {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The piece as a record again (the form [`Record::slice`] cuts).
+    fn into_record(self, field: &Field) -> Record {
+        let mut r = Record::new(Lineage::single(self.fragment))
+            .with(field, Value::Seq(zephon_core::Array::vector(self.tokens)));
+        for a in self.attachments {
+            r.attach(a);
+        }
+        r
+    }
+
+    /// Positions `start..end` of this piece, as a piece: views, no copies. Fails when the cut
+    /// would fall inside an atomic attachment.
+    pub fn cut(&self, start: usize, end: usize, field: &Field) -> Result<Piece, PackError> {
+        let sliced = self
+            .clone()
+            .into_record(field)
+            .slice(start, end)
+            .map_err(|m| PackError::Attachment { lineage: self.fragment.to_string(), message: m })?;
+        read_piece(sliced, field.as_str())?.ok_or_else(|| PackError::State(format!("empty cut {start}..{end}")))
+    }
+
+    /// The largest position at or before `at` that does not fall inside an atomic attachment.
+    pub fn safe_cut(&self, at: usize) -> usize {
+        zephon_core::safe_cut(&self.attachments, at)
+    }
 }
 
-/// The part of `fragment` that starts `offset` positions in and spans `len` positions. The
-/// caller keeps it inside the fragment, so the u32 arithmetic cannot overflow.
-pub(crate) fn sub(fragment: Fragment, offset: usize, len: usize) -> Fragment {
-    let start = fragment.start + offset as u32;
-    Fragment { sample: fragment.sample, start, end: start + len as u32 }
+/// The pieces of `piece` the fit algorithms place: at most T tokens each, per the
+/// long-document policy. Split cuts every T tokens, moving a cut back to the start of an atomic
+/// attachment it would fall inside; truncate keeps the first piece only. An atomic attachment
+/// longer than T is an error: no row can hold it whole.
+pub(crate) fn pieces(piece: Piece, seq_len: usize, long: LongDocs, field: &Field) -> Result<Vec<Piece>, PackError> {
+    let n = piece.len();
+    if n <= seq_len {
+        return Ok(vec![piece]);
+    }
+    let mut out = Vec::with_capacity(n.div_ceil(seq_len));
+    let mut at = 0;
+    while at < n {
+        let mut end = (at + seq_len).min(n);
+        if end < n {
+            end = piece.safe_cut(end);
+            if end <= at {
+                return Err(too_long(&piece, at, seq_len));
+            }
+        }
+        out.push(piece.cut(at, end, field)?);
+        if long == LongDocs::Truncate {
+            break;
+        }
+        at = end;
+    }
+    Ok(out)
+}
+
+/// The error for an atomic attachment starting at `at` that no row of `seq_len` can hold.
+pub(crate) fn too_long(piece: &Piece, at: usize, seq_len: usize) -> PackError {
+    let what = piece
+        .attachments
+        .iter()
+        .find(|a| a.is_atomic() && a.span().is_some_and(|s| s.start() as usize >= at))
+        .map_or("an atomic attachment".to_string(), |a| {
+            format!("{} #{} of {} tokens", a.kind(), a.item(), a.span().map_or(0, |s| s.len()))
+        });
+    PackError::Attachment {
+        lineage: piece.fragment.to_string(),
+        message: format!("{what} cannot fit a row of {seq_len} tokens (a row never cuts it)"),
+    }
 }
 
 fn record_name(record: &Record) -> String {
@@ -66,67 +151,79 @@ fn record_name(record: &Record) -> String {
     if s.is_empty() { "(no lineage)".into() } else { s }
 }
 
-fn describe(value: &Value) -> &'static str {
-    match value {
-        Value::Str(_) => "text",
-        Value::Bytes(_) => "bytes",
-        Value::Int(_) => "an integer",
-        Value::Float(_) => "a float",
-        Value::Array(_) => "an Array (token ids must be a Seq, aligned with the lineage)",
-        Value::Seq(Array::U8(_)) => "a Seq of u8",
-        Value::Seq(Array::I32(_)) => "a Seq of i32",
-        Value::Seq(Array::U32(_)) => "a Seq of u32",
-        Value::Seq(Array::I64(_)) => "a Seq of i64",
-        Value::Seq(Array::F32(_)) => "a Seq of f32",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zephon_core::{Lineage, SampleId};
+    use zephon_core::{Array, SampleId, Span};
 
     fn frag(start: u32, end: u32) -> Fragment {
-        Fragment { sample: SampleId::new(0, 0, 3), start, end }
+        Fragment::range(SampleId::new(0, 0, 3), start, end).unwrap()
     }
 
     fn rec(f: Fragment, v: Value) -> Record {
         Record::new(Lineage::single(f)).with(&"tokens".into(), v)
     }
 
-    #[test]
-    fn reads_and_rejects() {
-        let ok = rec(frag(4, 7), Value::Seq(Array::U32(vec![1, 2, 3])));
-        assert_eq!(read_doc(ok, "tokens").unwrap(), Some(Doc { fragment: frag(4, 7), tokens: vec![1, 2, 3] }));
-        let empty = rec(frag(4, 4), Value::Seq(Array::U32(vec![])));
-        assert_eq!(read_doc(empty, "tokens").unwrap(), None);
-        let err = |r: Record| read_doc(r, "tokens").unwrap_err();
-        assert!(matches!(err(Record::new(Lineage::single(frag(0, 1)))), PackError::MissingField { .. }));
-        assert!(matches!(err(rec(frag(0, 1), Value::Array(Array::U32(vec![1])))), PackError::WrongType { .. }));
-        assert!(matches!(err(rec(frag(0, 1), Value::Seq(Array::I32(vec![1])))), PackError::WrongType { .. }));
-        assert!(matches!(err(rec(frag(0, 2), Value::Seq(Array::U32(vec![1])))), PackError::LengthMismatch { .. }));
-        assert!(matches!(
-            err(rec(frag(0, 1), Value::Seq(Array::U32(vec![u32::MAX])))),
-            PackError::TokenTooLarge { .. }
-        ));
-        let two = Record::new(Lineage::from_fragments(vec![frag(0, 1), frag(5, 6)]))
-            .with(&"tokens".into(), Value::Seq(Array::U32(vec![1, 2])));
-        assert!(matches!(err(two), PackError::NotOneFragment { .. }));
-        let reversed = rec(frag(5, 4), Value::Seq(Array::U32(vec![1])));
-        assert!(err(reversed).to_string().contains("spans -1 positions"));
-        let none = Record::new(Lineage::default()).with(&"tokens".into(), Value::Seq(Array::U32(vec![])));
-        assert!(err(none).to_string().contains("(no lineage)"));
+    fn piece(f: Fragment, tokens: Vec<u32>) -> Piece {
+        Piece { fragment: f, tokens: tokens.into(), attachments: Vec::new() }
     }
 
     #[test]
-    fn pieces_split_and_truncate() {
-        use crate::config::{Algorithm, PackConfig};
-        let doc = Doc { fragment: frag(10, 17), tokens: (0..7).collect() };
-        let split = PackConfig::new(Algorithm::FirstFit { bins: 1 }, 3);
-        let got: Vec<_> = pieces(&doc, split.seq_len, split.long).map(|(f, t)| (f, t.to_vec())).collect();
+    fn reads_and_rejects() {
+        let ok = rec(frag(4, 7), Value::seq(vec![1u32, 2, 3]));
+        assert_eq!(read_piece(ok, "tokens").unwrap(), Some(piece(frag(4, 7), vec![1, 2, 3])));
+        let empty = rec(frag(4, 4), Value::seq(Vec::<u32>::new()));
+        assert_eq!(read_piece(empty, "tokens").unwrap(), None);
+        let err = |r: Record| read_piece(r, "tokens").unwrap_err();
+        assert!(matches!(err(Record::new(Lineage::single(frag(0, 1)))), PackError::MissingField { .. }));
+        assert!(matches!(err(rec(frag(0, 1), Value::array(vec![1u32]))), PackError::WrongType { .. }));
+        assert!(matches!(err(rec(frag(0, 1), Value::seq(vec![1i32]))), PackError::WrongType { .. }));
+        let two_d = Value::Seq(Array::with_shape(vec![1u32, 2], [1, 2]).unwrap());
+        assert!(matches!(err(rec(frag(0, 1), two_d)), PackError::WrongType { .. }));
+        assert!(matches!(err(rec(frag(0, 2), Value::seq(vec![1u32]))), PackError::LengthMismatch { .. }));
+        assert!(matches!(err(rec(frag(0, 1), Value::seq(vec![u32::MAX]))), PackError::TokenTooLarge { .. }));
+        let two = Record::new(Lineage::from_fragments(vec![frag(0, 1), frag(5, 6)]))
+            .with(&"tokens".into(), Value::seq(vec![1u32, 2]));
+        assert!(matches!(err(two), PackError::NotOneFragment { .. }));
+        let whole = rec(Fragment::whole(SampleId::new(0, 0, 3)), Value::seq(vec![1u32]));
+        assert!(err(whole).to_string().contains("spans -1 positions"));
+        let none = Record::new(Lineage::default()).with(&"tokens".into(), Value::seq(Vec::<u32>::new()));
+        assert!(err(none).to_string().contains("(no lineage)"));
+        let mut outside = rec(frag(0, 2), Value::seq(vec![1u32, 2]));
+        outside.attach(Attachment::new(&"image".into(), 0).placed(Span::at(1, 2).unwrap(), true));
+        assert!(err(outside).to_string().contains("image #0 is at [1..3) but the record has 2 tokens"));
+    }
+
+    #[test]
+    fn pieces_split_and_truncate_without_copying() {
+        let field = Field::new("tokens");
+        let doc = piece(frag(10, 17), (0..7).collect());
+        let got: Vec<_> = pieces(doc.clone(), 3, LongDocs::Split, &field)
+            .unwrap()
+            .into_iter()
+            .map(|p| {
+                assert!(p.tokens.shares_memory_with(&doc.tokens));
+                (p.fragment, p.tokens.to_vec())
+            })
+            .collect();
         assert_eq!(got, vec![(frag(10, 13), vec![0, 1, 2]), (frag(13, 16), vec![3, 4, 5]), (frag(16, 17), vec![6])]);
-        let trunc = PackConfig { long: LongDocs::Truncate, ..split };
-        let got: Vec<_> = pieces(&doc, trunc.seq_len, trunc.long).map(|(f, t)| (f, t.to_vec())).collect();
-        assert_eq!(got, vec![(frag(10, 13), vec![0, 1, 2])]);
+        let got = pieces(doc, 3, LongDocs::Truncate, &field).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].fragment, got[0].tokens.to_vec()), (frag(10, 13), vec![0, 1, 2]));
+    }
+
+    #[test]
+    fn pieces_never_cut_atomic_attachments() {
+        let field = Field::new("tokens");
+        let mut doc = piece(frag(0, 10), (0..10).collect());
+        doc.attachments.push(Attachment::new(&"image".into(), 0).placed(Span::at(2, 3).unwrap(), true));
+        doc.attachments.push(Attachment::new(&"image".into(), 1).placed(Span::at(7, 2).unwrap(), true));
+        let got = pieces(doc.clone(), 4, LongDocs::Split, &field).unwrap();
+        let ends: Vec<_> = got.iter().map(|p| p.fragment.positions().unwrap().end()).collect();
+        assert_eq!(ends, vec![2, 6, 10], "cuts at 4 and 8 fall inside images, so they move back");
+        assert_eq!(got[1].attachments[0].span(), Span::at(0, 3));
+        assert_eq!(got[2].attachments[0].span(), Span::at(1, 2));
+        let e = pieces(doc, 2, LongDocs::Split, &field).unwrap_err().to_string();
+        assert!(e.contains("image #0 of 3 tokens cannot fit a row of 2"), "{e}");
     }
 }

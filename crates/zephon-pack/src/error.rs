@@ -59,7 +59,7 @@ pub enum PackError {
         /// The field.
         field: String,
         /// What was there.
-        found: &'static str,
+        found: String,
     },
 
     /// An input record whose lineage is not a single fragment.
@@ -91,6 +91,15 @@ pub enum PackError {
         id: u32,
     },
 
+    /// An attachment outside its record's tokens, or one no row can hold whole.
+    #[error("record {lineage}: {message}")]
+    Attachment {
+        /// The record's lineage.
+        lineage: String,
+        /// What is wrong.
+        message: String,
+    },
+
     /// A checkpointed state or a row lineage that this packer cannot have produced.
     #[error("pack state: {0}")]
     State(String),
@@ -106,6 +115,7 @@ impl PackError {
                 | PackError::NotOneFragment { .. }
                 | PackError::LengthMismatch { .. }
                 | PackError::TokenTooLarge { .. }
+                | PackError::Attachment { .. }
         )
     }
 }

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use zephon_core::{Accumulator, AccumulatorState, Fragment, Lineage, OpError, RebuildInput, Record};
+use zephon_core::{Accumulator, AccumulatorState, Field, Lineage, OpError, RebuildInput, Record};
 
 use crate::config::PackConfig;
-use crate::doc::{pieces, read_doc};
+use crate::doc::{Piece, pieces, read_piece};
 use crate::error::PackError;
 use crate::row::{self, OpenRow};
 use crate::state;
@@ -23,6 +23,7 @@ pub(crate) enum Choice {
 /// "first in the list" and the state needs no creation counters.
 pub(crate) struct FitAcc {
     config: Arc<PackConfig>,
+    field: Field,
     choice: Choice,
     cap: usize,
     open: Vec<OpenRow>,
@@ -30,18 +31,19 @@ pub(crate) struct FitAcc {
 
 impl FitAcc {
     pub fn new(config: Arc<PackConfig>, choice: Choice, cap: usize) -> Self {
-        FitAcc { config, choice, cap, open: Vec::with_capacity(cap) }
+        let field = Field::new(&config.input_field);
+        FitAcc { config, field, choice, cap, open: Vec::with_capacity(cap) }
     }
 
     /// Places one piece of at most T tokens.
-    fn place(&mut self, fragment: Fragment, tokens: &[u32], out: &mut Vec<Record>) -> Result<(), PackError> {
+    fn place(&mut self, piece: Piece, out: &mut Vec<Record>) -> Result<(), PackError> {
         let config = &*self.config;
-        let n = tokens.len();
+        let n = piece.len();
         // A piece that completes a row on its own (T tokens, or one segment a row) is a row:
         // no open row could take it, and evicting one for it would only waste that row's room.
         if n >= config.seq_len || config.max_segments <= 1 {
             let mut row = OpenRow::new(config);
-            row.push(fragment, tokens);
+            row.push(piece)?;
             out.push(row.into_record(config)?);
             return Ok(());
         }
@@ -53,7 +55,7 @@ impl FitAcc {
         };
         match target {
             Some(i) => {
-                self.open[i].push(fragment, tokens);
+                self.open[i].push(piece)?;
                 if self.open[i].is_complete(config) {
                     out.push(self.open.remove(i).into_record(config)?);
                 }
@@ -67,7 +69,7 @@ impl FitAcc {
                     }
                 }
                 let mut row = OpenRow::new(config);
-                row.push(fragment, tokens);
+                row.push(piece)?;
                 self.open.push(row);
             }
         }
@@ -77,9 +79,9 @@ impl FitAcc {
 
 impl Accumulator for FitAcc {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
-        let Some(doc) = read_doc(record, &self.config.input_field)? else { return Ok(()) };
-        for (fragment, tokens) in pieces(&doc, self.config.seq_len, self.config.long) {
-            self.place(fragment, tokens, out)?;
+        let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
+        for piece in pieces(doc, self.config.seq_len, self.config.long, &self.field)? {
+            self.place(piece, out)?;
         }
         Ok(())
     }

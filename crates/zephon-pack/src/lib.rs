@@ -20,6 +20,12 @@
 //! A row's lineage lists its segments' fragments in order: which samples and token ranges
 //! made it.
 //!
+//! **Attachments** (images) travel with their tokens: a piece's attachments move into the row
+//! at their positions there and get a [`SEGMENT`] value (the segment they belong to). An
+//! atomic attachment's span is never cut: `Wrap` closes a row early rather than cut one, the
+//! fit algorithms cut long documents before one, and one longer than T is an error for that
+//! record. A position whose next token is inside an attachment's span gets no label.
+//!
 //! The one design decision that shapes this crate: **a row is a pure function of its
 //! lineage.** A row's lineage lists the pieces (sample, token range) it was made of, and the
 //! single function that lays a row out takes nothing else. So a checkpoint stores only the
@@ -33,25 +39,25 @@
 //! have no tokens to train on and must not become empty segments.
 //!
 //! What this crate is not: it does not tokenize (put a tokenizer before it), shuffle rows (put
-//! a shuffle after it), or carry other input fields into rows. Its algorithms see one lane's
+//! a shuffle after it), or carry input fields other than the tokens and attachments into rows. Its algorithms see one lane's
 //! stream in order and depend on nothing else, so they cannot look ahead across lanes.
 //!
 //! ```
-//! use zephon_core::{Array, Fragment, LaneContext, Lane, Lineage, Operator, Record, SampleId, Value};
+//! use zephon_core::{Fragment, LaneContext, Lane, Lineage, Operator, Record, SampleId, Span, Value};
 //! use zephon_pack::{Algorithm, Pack, PackConfig};
 //!
 //! let pack = Pack::new(PackConfig { max_segments: 4, ..PackConfig::new(Algorithm::BestFit { bins: 8 }, 8) })?;
 //! let mut acc = pack.accumulator(LaneContext { lane: Lane(0), seed: 1 }).unwrap();
 //! let doc = |row: u64, ids: Vec<u32>| {
-//!     let fragment = Fragment { sample: SampleId::new(0, 0, row), start: 0, end: ids.len() as u32 };
-//!     Record::new(Lineage::single(fragment)).with(&"tokens".into(), Value::Seq(Array::U32(ids)))
+//!     let fragment = Fragment::span(SampleId::new(0, 0, row), Span::prefix(ids.len() as u32));
+//!     Record::new(Lineage::single(fragment)).with(&"tokens".into(), Value::seq(ids))
 //! };
 //! let mut rows = Vec::new();
 //! acc.push(doc(0, vec![1, 2, 3, 4, 5]), &mut rows).unwrap();
 //! acc.push(doc(1, vec![6, 7, 8]), &mut rows).unwrap(); // fills the row exactly: emitted at once
 //! assert_eq!(rows.len(), 1);
-//! assert_eq!(rows[0].get("segment_ids"), Some(&Value::Array(Array::I32(vec![1, 1, 1, 1, 1, 2, 2, 2]))));
-//! assert_eq!(rows[0].get("cu_seqlens"), Some(&Value::Array(Array::I32(vec![0, 5, 8, 8, 8, 8]))));
+//! assert_eq!(rows[0].get("segment_ids"), Some(&Value::array(vec![1i32, 1, 1, 1, 1, 2, 2, 2])));
+//! assert_eq!(rows[0].get("cu_seqlens"), Some(&Value::array(vec![0i32, 5, 8, 8, 8, 8])));
 //! # Ok::<(), zephon_pack::PackError>(())
 //! ```
 
@@ -71,7 +77,7 @@ use zephon_core::{Accumulator, LaneContext, Operator, OperatorKind};
 
 pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_MAX_SEGMENTS, LongDocs, PackConfig};
 pub use error::PackError;
-pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT_IDS};
+pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS};
 
 use fit::{Choice, FitAcc};
 use wrap::WrapAcc;

@@ -4,10 +4,10 @@
 //! it with the row's fragments and their tokens, so a rebuilt row is byte-identical to the
 //! row first emitted by construction, not by a second implementation agreeing with the first.
 
-use zephon_core::{Array, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
+use zephon_core::{Attachment, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
 
 use crate::config::PackConfig;
-use crate::doc::{Doc, read_doc};
+use crate::doc::{Piece, read_piece};
 use crate::error::PackError;
 
 /// Row field: token ids, `U32[T]`, padded with `pad_id`.
@@ -30,7 +30,12 @@ pub const LOSS_MASK: &str = "loss_mask";
 /// Row field: non-padding tokens, `Int`.
 pub const NUM_TOKENS: &str = "num_tokens";
 
-/// A row being filled: its segments' fragments and their tokens, concatenated.
+/// Attachment value: the 1-based segment of the row the attachment belongs to, set when a
+/// piece enters a row.
+pub const SEGMENT: &str = "segment";
+
+/// A row being filled: its segments' fragments, their tokens concatenated, and their
+/// attachments moved to row positions.
 ///
 /// Invariant while open (checked by `import`): fewer than T tokens and fewer than S segments,
 /// because a row that reaches either is emitted at once.
@@ -38,12 +43,13 @@ pub const NUM_TOKENS: &str = "num_tokens";
 pub(crate) struct OpenRow {
     fragments: Vec<Fragment>,
     tokens: Vec<u32>,
+    attachments: Vec<Attachment>,
 }
 
 impl OpenRow {
     /// An empty row whose token buffer already has room for T tokens (it becomes `input_ids`).
     pub fn new(config: &PackConfig) -> Self {
-        OpenRow { fragments: Vec::new(), tokens: Vec::with_capacity(config.seq_len) }
+        OpenRow { fragments: Vec::new(), tokens: Vec::with_capacity(config.seq_len), attachments: Vec::new() }
     }
 
     /// Tokens so far.
@@ -71,10 +77,21 @@ impl OpenRow {
         self.len() >= config.seq_len || self.segments() >= config.max_segments
     }
 
-    /// Appends one segment. The caller keeps `tokens.len() == fragment.len()` and within room.
-    pub fn push(&mut self, fragment: Fragment, tokens: &[u32]) {
-        self.fragments.push(fragment);
-        self.tokens.extend_from_slice(tokens);
+    /// Appends one piece as a new segment: its tokens are copied into the row, its attachments
+    /// move to row positions and learn their segment. The caller keeps it within room.
+    pub fn push(&mut self, piece: Piece) -> Result<(), PackError> {
+        let offset = self.tokens.len() as i64;
+        let segment = Value::Int(self.fragments.len() as i64 + 1);
+        self.fragments.push(piece.fragment);
+        self.tokens.extend_from_slice(&piece.tokens);
+        for a in piece.attachments {
+            let span = a.span().and_then(|s| s.shifted(offset)).ok_or_else(|| {
+                PackError::State(format!("{} #{} of {} has no row position", a.kind(), a.item(), piece.fragment))
+            })?;
+            let atomic = a.is_atomic();
+            self.attachments.push(a.placed(span, atomic).with(&Field::new(SEGMENT), segment.clone()));
+        }
+        Ok(())
     }
 
     /// The lineage of each held piece, in order (what `export` saves).
@@ -84,18 +101,15 @@ impl OpenRow {
 
     /// Lays out the row (its token buffer becomes `input_ids`).
     pub fn into_record(self, config: &PackConfig) -> Result<Record, PackError> {
-        assemble(config, &self.fragments, self.tokens)
+        assemble(config, &self.fragments, self.tokens, self.attachments)
     }
 
     /// Appends a piece read back from a checkpoint or a rebuild, checking that it is exactly
     /// the piece asked for.
     pub fn push_restored(&mut self, wanted: Fragment, record: Record, config: &PackConfig) -> Result<(), PackError> {
-        match read_doc(record, &config.input_field)? {
-            Some(Doc { fragment, tokens }) if fragment == wanted => {
-                self.push(fragment, &tokens);
-                Ok(())
-            }
-            Some(Doc { fragment, .. }) => Err(PackError::State(format!("asked for {wanted}, got {fragment}"))),
+        match read_piece(record, &config.input_field)? {
+            Some(piece) if piece.fragment == wanted => self.push(piece),
+            Some(piece) => Err(PackError::State(format!("asked for {wanted}, got {}", piece.fragment))),
             None => Err(PackError::State(format!("{wanted} is empty: a packed piece never is"))),
         }
     }
@@ -117,24 +131,42 @@ pub(crate) fn rebuild(config: &PackConfig, lineage: &Lineage, input: &mut dyn Re
     Ok(row.into_record(config)?)
 }
 
-/// The row made of `fragments`, whose tokens are `tokens` in order. Fails, rather than
-/// panicking, on a shape this packer never produces (a lineage from a foreign checkpoint).
-pub(crate) fn assemble(config: &PackConfig, fragments: &[Fragment], tokens: Vec<u32>) -> Result<Record, PackError> {
+/// The row made of `fragments`, whose tokens are `tokens` in order and whose attachments sit at
+/// row positions. Fails, rather than panicking, on a shape this packer never produces (a
+/// lineage from a foreign checkpoint).
+///
+/// A position whose next token lies inside an attachment's span (an image placeholder) gets
+/// no label: the model is not trained to predict placeholders.
+pub(crate) fn assemble(
+    config: &PackConfig,
+    fragments: &[Fragment],
+    tokens: Vec<u32>,
+    attachments: Vec<Attachment>,
+) -> Result<Record, PackError> {
     let (t, s) = (config.seq_len, config.max_segments);
     if fragments.is_empty() || fragments.len() > s {
         return Err(PackError::State(format!("a row has 1 to {s} segments, not {}", fragments.len())));
     }
     let mut lens = Vec::with_capacity(fragments.len());
     for f in fragments {
-        match f.end.checked_sub(f.start) {
-            Some(n) if n > 0 => lens.push(n as usize),
-            _ => return Err(PackError::State(format!("a row segment is never empty or reversed: {f}"))),
+        match f.positions() {
+            Some(p) if !p.is_empty() => lens.push(p.len() as usize),
+            _ => return Err(PackError::State(format!("a row segment is a non-empty token range, not {f}"))),
         }
     }
     let total: usize = lens.iter().sum();
     if total != tokens.len() || total > t {
         let n = tokens.len();
         return Err(PackError::State(format!("segments of {total} positions with {n} tokens do not fit a row of {t}")));
+    }
+    let mut placeholder = vec![false; if attachments.is_empty() { 0 } else { t }];
+    for a in &attachments {
+        match a.span() {
+            Some(sp) if sp.end() as usize <= total => {
+                placeholder[sp.start() as usize..sp.end() as usize].iter_mut().for_each(|p| *p = true)
+            }
+            _ => return Err(PackError::State(format!("{} #{} lies outside the row's tokens", a.kind(), a.item()))),
+        }
     }
 
     let mut input_ids = tokens;
@@ -153,7 +185,7 @@ pub(crate) fn assemble(config: &PackConfig, fragments: &[Fragment], tokens: Vec<
             let i = at + p;
             positions[i] = p as i32;
             segment_ids[i] = seg as i32 + 1;
-            if p + 1 < len {
+            if p + 1 < len && !placeholder.get(i + 1).copied().unwrap_or(false) {
                 labels[i] = input_ids[i + 1] as i32;
                 loss_mask[i] = 1;
             }
@@ -168,20 +200,18 @@ pub(crate) fn assemble(config: &PackConfig, fragments: &[Fragment], tokens: Vec<
     }
     cu_seqlens.resize(s + 2, t as i32);
 
-    let mut lineage = Lineage::default();
-    for f in fragments {
-        lineage.push(*f);
-    }
-    let array = |a: Array| Value::Array(a);
-    let record = Record::new(lineage)
-        .with(&Field::new(INPUT_IDS), array(Array::U32(input_ids)))
-        .with(&Field::new(LABELS), array(Array::I32(labels)))
-        .with(&Field::new(POSITIONS), array(Array::I32(positions)))
-        .with(&Field::new(SEGMENT_IDS), array(Array::I32(segment_ids)))
-        .with(&Field::new(CU_SEQLENS), array(Array::I32(cu_seqlens)))
+    let mut record = Record::new(Lineage::from_fragments(fragments.to_vec()))
+        .with(&Field::new(INPUT_IDS), Value::array(input_ids))
+        .with(&Field::new(LABELS), Value::array(labels))
+        .with(&Field::new(POSITIONS), Value::array(positions))
+        .with(&Field::new(SEGMENT_IDS), Value::array(segment_ids))
+        .with(&Field::new(CU_SEQLENS), Value::array(cu_seqlens))
         .with(&Field::new(MAX_SEQLEN), Value::Int(max_seqlen as i64))
-        .with(&Field::new(LOSS_MASK), array(Array::U8(loss_mask)))
+        .with(&Field::new(LOSS_MASK), Value::array(loss_mask))
         .with(&Field::new(NUM_TOKENS), Value::Int(total as i64));
+    for a in attachments {
+        record.attach(a);
+    }
     Ok(record)
 }
 
@@ -192,7 +222,7 @@ mod tests {
     use zephon_core::SampleId;
 
     fn frag(row: u64, start: u32, end: u32) -> Fragment {
-        Fragment { sample: SampleId::new(0, 0, row), start, end }
+        Fragment::range(SampleId::new(0, 0, row), start, end).unwrap()
     }
 
     fn get<'a>(r: &'a Record, name: &str) -> &'a Value {
@@ -202,14 +232,14 @@ mod tests {
     #[test]
     fn lays_out_two_segments_and_padding() {
         let config = PackConfig { pad_id: 9, max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) };
-        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21]).unwrap();
-        assert_eq!(get(&r, INPUT_IDS), &Value::Array(Array::U32(vec![10, 11, 12, 20, 21, 9, 9, 9])));
-        assert_eq!(get(&r, LABELS), &Value::Array(Array::I32(vec![11, 12, -100, 21, -100, -100, -100, -100])));
-        assert_eq!(get(&r, POSITIONS), &Value::Array(Array::I32(vec![0, 1, 2, 0, 1, 0, 0, 0])));
-        assert_eq!(get(&r, SEGMENT_IDS), &Value::Array(Array::I32(vec![1, 1, 1, 2, 2, 0, 0, 0])));
-        assert_eq!(get(&r, CU_SEQLENS), &Value::Array(Array::I32(vec![0, 3, 5, 8, 8])));
+        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21], Vec::new()).unwrap();
+        assert_eq!(get(&r, INPUT_IDS), &Value::array::<u32>(vec![10, 11, 12, 20, 21, 9, 9, 9]));
+        assert_eq!(get(&r, LABELS), &Value::array::<i32>(vec![11, 12, -100, 21, -100, -100, -100, -100]));
+        assert_eq!(get(&r, POSITIONS), &Value::array::<i32>(vec![0, 1, 2, 0, 1, 0, 0, 0]));
+        assert_eq!(get(&r, SEGMENT_IDS), &Value::array::<i32>(vec![1, 1, 1, 2, 2, 0, 0, 0]));
+        assert_eq!(get(&r, CU_SEQLENS), &Value::array::<i32>(vec![0, 3, 5, 8, 8]));
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(3));
-        assert_eq!(get(&r, LOSS_MASK), &Value::Array(Array::U8(vec![1, 1, 0, 1, 0, 0, 0, 0])));
+        assert_eq!(get(&r, LOSS_MASK), &Value::array::<u8>(vec![1, 1, 0, 1, 0, 0, 0, 0]));
         assert_eq!(get(&r, NUM_TOKENS), &Value::Int(5));
         assert_eq!(r.lineage().fragments(), &[frag(1, 0, 3), frag(2, 5, 7)]);
     }
@@ -217,22 +247,39 @@ mod tests {
     #[test]
     fn full_row_has_no_padding_sequence() {
         let config = PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 4) };
-        let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4]).unwrap();
-        assert_eq!(get(&r, CU_SEQLENS), &Value::Array(Array::I32(vec![0, 4, 4, 4])));
+        let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4], Vec::new()).unwrap();
+        assert_eq!(get(&r, CU_SEQLENS), &Value::array::<i32>(vec![0, 4, 4, 4]));
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(4));
         // A long padding run is the longest sequence.
-        let r = assemble(&config, &[frag(1, 0, 1)], vec![1]).unwrap();
+        let r = assemble(&config, &[frag(1, 0, 1)], vec![1], Vec::new()).unwrap();
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(3));
     }
 
     #[test]
     fn refuses_shapes_it_never_makes() {
         let config = PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 4) };
-        assert!(assemble(&config, &[], vec![]).is_err());
-        assert!(assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3]).is_err());
-        assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5]).is_err());
-        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1]).is_err());
-        assert!(assemble(&config, &[frag(1, 2, 2)], vec![]).is_err());
-        assert!(assemble(&config, &[frag(1, 3, 2)], vec![]).is_err());
+        assert!(assemble(&config, &[], vec![], Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3], Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5], Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1], Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 2, 2)], vec![], Vec::new()).is_err());
+        assert!(assemble(&config, &[Fragment::whole(SampleId::new(0, 0, 1))], vec![], Vec::new()).is_err());
+    }
+
+    #[test]
+    fn placeholders_get_no_labels_and_attachments_learn_their_segment() {
+        use zephon_core::{Attachment, Span};
+        let config = PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) };
+        let image = Attachment::new(&"image".into(), 0).placed(Span::at(1, 2).unwrap(), true);
+        let mut row = OpenRow::new(&config);
+        row.push(Piece { fragment: frag(1, 0, 2), tokens: vec![10, 11].into(), attachments: Vec::new() }).unwrap();
+        row.push(Piece { fragment: frag(2, 0, 4), tokens: vec![20, 99, 99, 21].into(), attachments: vec![image] })
+            .unwrap();
+        let r = row.into_record(&config).unwrap();
+        // Position 2 (token 20) would predict a placeholder, position 3 predicts the other one.
+        assert_eq!(get(&r, LABELS), &Value::array::<i32>(vec![11, -100, -100, -100, 21, -100, -100, -100]));
+        let a = &r.attachments()[0];
+        assert_eq!(a.span(), Span::at(3, 2), "moved to its place in the row");
+        assert_eq!(a.get(SEGMENT), Some(&Value::Int(2)));
     }
 }

@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use zephon_core::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
+use zephon_core::Field;
+
 use crate::config::{LongDocs, PackConfig};
-use crate::doc::{read_doc, sub};
+use crate::doc::{read_piece, too_long};
 use crate::error::PackError;
 use crate::row::{self, OpenRow};
 use crate::state;
@@ -14,13 +16,15 @@ use crate::state;
 /// the current row starts the next one, so the only state is the row under construction.
 pub(crate) struct WrapAcc {
     config: Arc<PackConfig>,
+    field: Field,
     row: OpenRow,
 }
 
 impl WrapAcc {
     pub fn new(config: Arc<PackConfig>) -> Self {
         let row = OpenRow::new(&config);
-        WrapAcc { config, row }
+        let field = Field::new(&config.input_field);
+        WrapAcc { config, field, row }
     }
 
     fn emit(&mut self, out: &mut Vec<Record>) -> Result<(), PackError> {
@@ -31,18 +35,32 @@ impl WrapAcc {
 }
 
 impl Accumulator for WrapAcc {
+    /// Fills the current row from the document; a cut at the row's end that would fall inside
+    /// an atomic attachment moves back to the attachment's start, and the row goes out early
+    /// (padded) so that the attachment starts the next row whole.
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
-        let Some(doc) = read_doc(record, &self.config.input_field)? else { return Ok(()) };
+        let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
+        let t = self.config.seq_len;
         let keep = match self.config.long {
-            LongDocs::Split => doc.tokens.len(),
-            LongDocs::Truncate => doc.tokens.len().min(self.config.seq_len),
+            LongDocs::Split => doc.len(),
+            LongDocs::Truncate => doc.safe_cut(doc.len().min(t)),
         };
         let mut at = 0;
         while at < keep {
             // An open row is never complete, so it has room for at least one token.
-            let take = self.row.room(&self.config).min(keep - at);
-            self.row.push(sub(doc.fragment, at, take), &doc.tokens[at..at + take]);
-            at += take;
+            let mut end = at + self.row.room(&self.config).min(keep - at);
+            if end < doc.len() {
+                end = doc.safe_cut(end);
+            }
+            if end <= at {
+                if self.row.is_empty() {
+                    return Err(too_long(&doc, at, t).into());
+                }
+                self.emit(out)?;
+                continue;
+            }
+            self.row.push(doc.cut(at, end, &self.field)?)?;
+            at = end;
             if self.row.is_complete(&self.config) {
                 self.emit(out)?;
             }

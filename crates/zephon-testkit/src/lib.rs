@@ -43,8 +43,8 @@ impl Operator for ByteTokenize {
         let mut ids: Vec<u32> = text.bytes().map(u32::from).collect();
         ids.push(EOS);
         let sample = record.lineage().first_sample().expect("read records have a sample");
-        record.set_lineage(Lineage::single(Fragment { sample, start: 0, end: ids.len() as u32 }));
-        record.set(&Field::new("tokens"), Value::Seq(Array::U32(ids)));
+        record.set_lineage(Lineage::single(Fragment::span(sample, Span::prefix(ids.len() as u32))));
+        record.set(&Field::new("tokens"), Value::seq(ids));
         out.push(record);
         Ok(())
     }
@@ -79,10 +79,7 @@ struct WrapAcc {
 }
 
 fn tokens(r: &Record) -> &[u32] {
-    match r.get("tokens") {
-        Some(Value::Seq(Array::U32(t))) => t,
-        _ => &[],
-    }
+    r.get("tokens").and_then(Value::as_array).and_then(Array::as_u32).unwrap_or_default()
 }
 
 fn assemble(pieces: Vec<Record>) -> Record {
@@ -94,7 +91,7 @@ fn assemble(pieces: Vec<Record>) -> Record {
             lineage.push(*f);
         }
     }
-    Record::new(lineage).with(&Field::new("input_ids"), Value::Array(Array::U32(ids)))
+    Record::new(lineage).with(&Field::new("input_ids"), Value::array(ids))
 }
 
 impl Accumulator for WrapAcc {
@@ -142,7 +139,7 @@ impl Accumulator for WrapAcc {
         for (i, d) in self.docs.iter().enumerate() {
             let f = d.lineage().as_single().copied().expect("docs are single fragments");
             let skip = if i == 0 { self.used as u32 } else { 0 };
-            buffered.push(Lineage::single(Fragment { start: f.start + skip, ..f }));
+            buffered.push(Lineage::single(f.sub(skip, f.len() - skip).expect("inside the document")));
         }
         AccumulatorState { values: vec![], buffered }
     }

@@ -1,6 +1,6 @@
 //! The tokenize operator.
 
-use zephon_core::{Array, Field, Fragment, Lineage, OpError, Operator, Record, Value};
+use zephon_core::{Field, Fragment, Lineage, OpError, Operator, Record, Span, Value};
 
 use crate::tokenizer::{Error, Tokenizer};
 
@@ -139,6 +139,9 @@ impl Operator for Tokenize {
 impl Tokenize {
     /// Tokenizes `record`; with `need`, only as far as the first `need` tokens (pieces past
     /// them are not produced, and a document cut short gets no EOS).
+    ///
+    /// The ids live in one shared buffer: split pieces are views of it, so splitting costs
+    /// nothing per piece beyond the piece's record.
     fn tokenize(&self, mut record: Record, need: Option<usize>, out: &mut Vec<Record>) -> Result<(), OpError> {
         let text = match record.take(self.field.as_str()) {
             Some(Value::Str(t)) => t,
@@ -150,46 +153,61 @@ impl Tokenize {
             .as_single()
             .map(|f| f.sample)
             .ok_or_else(|| OpError::Fatal("tokenize expects records read from storage (one sample each)".into()))?;
+        if record.attachments().iter().any(|a| a.span().is_none()) {
+            return Err(OpError::Fatal(
+                "the record carries attachments with no place in the text; tokenize cannot place them".into(),
+            ));
+        }
         let bos = self.bos.as_ref().map(|b| b.1);
-        let (body, whole) = match need {
+        let (mut ids, whole) = match need {
             Some(n) => self.tokenizer.encode_prefix(&text, n.saturating_sub(bos.is_some() as usize)),
             None => self.tokenizer.encode(&text).map(|ids| (ids, true)),
         }
         .map_err(|e| OpError::Data(format!("tokenizer failed: {e}")))?;
-        let mut ids = Vec::with_capacity(body.len() + 2);
-        ids.extend(bos);
-        ids.extend_from_slice(&body);
+        drop(text);
+        if let Some(b) = bos {
+            ids.insert(0, b);
+        }
         if whole {
             ids.extend(self.eos.as_ref().map(|e| e.1));
         }
         if ids.is_empty() {
             return Err(OpError::Data("the document has no tokens".into()));
         }
-        if ids.len() > u32::MAX as usize {
-            return Err(OpError::Data(format!("{} tokens is more than a record can address", ids.len())));
-        }
-        let piece = |record: &Record, start: usize, ids: Vec<u32>| {
-            let mut r = record.clone();
-            let end = start + ids.len();
-            r.set_lineage(Lineage::single(Fragment { sample, start: start as u32, end: end as u32 }));
-            r.set(&self.output, Value::Seq(Array::U32(ids)));
-            r
-        };
+        let n = u32::try_from(ids.len())
+            .map_err(|_| OpError::Data(format!("{} tokens is more than a record can address", ids.len())))?;
+        record.set_lineage(Lineage::single(Fragment::span(sample, Span::prefix(n))));
+        record.set(&self.output, Value::seq(ids));
+        let n = n as usize;
+        let piece = |r: &Record, start: usize, end: usize| r.slice(start, end).map_err(OpError::Data);
         match self.long {
-            LongDocuments::Split { max_tokens } if ids.len() > max_tokens || !whole => {
-                for (i, chunk) in ids.chunks(max_tokens).enumerate() {
+            LongDocuments::Split { max_tokens } if n > max_tokens || !whole => {
+                let mut start = 0;
+                for end in record.piece_ends(max_tokens).map_err(OpError::Data)? {
                     // A document cut short keeps only whole pieces: the last one may be unfinished.
-                    if !whole && chunk.len() < max_tokens {
+                    if !whole && end - start < max_tokens {
                         break;
                     }
-                    out.push(piece(&record, i * max_tokens, chunk.to_vec()));
+                    out.push(piece(&record, start, end)?);
+                    start = end;
                 }
             }
-            LongDocuments::Truncate { max_tokens } if ids.len() > max_tokens || !whole => {
-                ids.truncate(max_tokens);
-                out.push(piece(&record, 0, ids));
+            LongDocuments::Truncate { max_tokens } if n > max_tokens || !whole => {
+                let end = record.safe_cut(max_tokens.min(n));
+                if end == 0 {
+                    return Err(OpError::Data(format!(
+                        "an atomic attachment at the start is longer than the {max_tokens} tokens kept"
+                    )));
+                }
+                // Copy the kept prefix so that the rest of a long document's ids is freed now.
+                let mut kept = piece(&record, 0, end)?;
+                if let Some(ids) = kept.get(self.output.as_str()).and_then(Value::as_array).and_then(|a| a.as_u32()) {
+                    let owned = ids.to_vec();
+                    kept.set(&self.output, Value::seq(owned));
+                }
+                out.push(kept);
             }
-            _ => out.push(piece(&record, 0, ids)),
+            _ => out.push(record),
         }
         Ok(())
     }

@@ -9,12 +9,57 @@ use std::sync::Arc;
 use crate::checkpoint::{Cursor, LaneState};
 use crate::error::{Error, OpError, record_error};
 use crate::id::{Lane, Step};
-use crate::operator::Accumulator;
+use crate::lineage::Lineage;
+use crate::operator::{Accumulator, AccumulatorState};
 use crate::operators::{Plan, apply_chain};
 use crate::record::Record;
 use crate::step::{LaneStep, lane_digest};
 
-use super::Tail;
+use super::settings::Tail;
+
+/// A lane's state right after one step, as a checkpoint saves it.
+///
+/// Snapshots taken at one input boundary share one core (accumulator states, the lineage of
+/// every row not yet delivered) and differ only in where their pending rows start: a document
+/// that fills thousands of steps at once costs memory in proportion to its rows, not to their
+/// square.
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    core: Arc<SnapshotCore>,
+    pending_from: usize,
+}
+
+#[derive(Debug)]
+struct SnapshotCore {
+    lane: Lane,
+    cursor: Cursor,
+    rows_emitted: u64,
+    skipped: u64,
+    finished: bool,
+    accumulators: Vec<AccumulatorState>,
+    pending: Vec<Lineage>,
+}
+
+impl Snapshot {
+    /// The state a checkpoint holds.
+    pub fn state(&self) -> LaneState {
+        let c = &*self.core;
+        LaneState {
+            lane: c.lane,
+            cursor: c.cursor,
+            rows_emitted: c.rows_emitted,
+            skipped: c.skipped,
+            finished: c.finished,
+            accumulators: c.accumulators.clone(),
+            pending: c.pending.get(self.pending_from..).unwrap_or_default().to_vec(),
+        }
+    }
+
+    /// Records skipped so far under the skip policy.
+    pub fn skipped(&self) -> u64 {
+        self.core.skipped
+    }
+}
 
 /// What a worker produced for one unit of a lane's input, before ordering.
 pub(crate) enum UnitOutput {
@@ -107,12 +152,22 @@ impl LaneRun {
 
     /// Continues a lane from a checkpointed state whose accumulators were already imported,
     /// given its pending rows rebuilt in order.
-    pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Self {
+    pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Result<Self, Error> {
         let mut run = LaneRun::new(setup, next_step);
         run.cursor = state.cursor;
         run.skipped = state.skipped;
         run.finished = state.finished;
-        run.rows_emitted = state.rows_emitted - pending.len() as u64;
+        // A checkpoint is checksummed, not trusted: a crafted one could claim fewer rows than
+        // it lists as pending.
+        run.rows_emitted = state.rows_emitted.checked_sub(pending.len() as u64).ok_or_else(|| Error::Rebuild {
+            lane: state.lane,
+            lineage: "(lane state)".into(),
+            message: format!(
+                "{} rows emitted but {} pending: the state is inconsistent",
+                state.rows_emitted,
+                pending.len()
+            ),
+        })?;
         for row in pending {
             run.emit(row);
         }
@@ -120,7 +175,7 @@ impl LaneRun {
             run.finish_tail();
         }
         run.boundary();
-        run
+        Ok(run)
     }
 
     pub fn progress(&self) -> Progress {
@@ -137,27 +192,32 @@ impl LaneRun {
 
     /// The state now, as a checkpoint would hold it: every row not yet handed to the consumer
     /// is pending (used for the start-of-run snapshot and for ended lanes).
-    pub fn state_now(&self) -> LaneState {
-        LaneState {
+    pub fn snapshot_now(&self) -> Snapshot {
+        self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), 0).1
+    }
+
+    /// A snapshot at the current input position whose pending rows are those of the queued
+    /// steps from `first` on plus the step being filled, and where the rows of each of those
+    /// steps (and finally of the step being filled) start in it.
+    fn snapshot_core(&self, accumulators: Vec<AccumulatorState>, first: usize) -> (Vec<usize>, Snapshot) {
+        let mut starts = Vec::with_capacity(self.steps.len().saturating_sub(first));
+        let mut pending = Vec::new();
+        for s in self.steps.iter().skip(first) {
+            starts.push(pending.len());
+            pending.extend(s.rows.iter().map(|r| r.lineage().clone()));
+        }
+        starts.push(pending.len());
+        pending.extend(self.current.iter().map(|r| r.lineage().clone()));
+        let core = Arc::new(SnapshotCore {
             lane: self.lane,
             cursor: self.cursor,
             rows_emitted: self.rows_emitted,
             skipped: self.skipped,
             finished: self.finished,
-            accumulators: self.accs.iter().map(|a| a.export()).collect(),
-            pending: self.pending_after(0),
-        }
-    }
-
-    /// Lineages of rows emitted after the first `k` queued steps.
-    fn pending_after(&self, k: usize) -> Vec<crate::record::Lineage> {
-        self.steps
-            .iter()
-            .skip(k)
-            .flat_map(|s| s.rows.iter())
-            .chain(self.current.iter())
-            .map(|r| r.lineage().clone())
-            .collect()
+            accumulators,
+            pending,
+        });
+        (starts, Snapshot { core, pending_from: 0 })
     }
 
     /// Feeds one ordered unit. Errors stop the lane (kept in `self.error`).
@@ -311,21 +371,14 @@ impl LaneRun {
         if !(first..self.steps.len()).any(|i| (self.steps[i].step.0 + 1).is_multiple_of(every)) {
             return;
         }
-        let accumulators: Vec<_> = self.accs.iter().map(|a| a.export()).collect();
+        let (starts, base) = self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), first);
         for i in first..self.steps.len() {
             if !(self.steps[i].step.0 + 1).is_multiple_of(every) {
                 continue;
             }
-            let state = LaneState {
-                lane: self.lane,
-                cursor: self.cursor,
-                rows_emitted: self.rows_emitted,
-                skipped: self.skipped,
-                finished: self.finished,
-                accumulators: accumulators.clone(),
-                pending: self.pending_after(i + 1),
-            };
-            self.steps[i].state = Some(Arc::new(state));
+            // The rows pending after step i are those of the steps after it.
+            let pending_from = starts[i + 1 - first];
+            self.steps[i].state = Some(Snapshot { core: base.core.clone(), pending_from });
         }
     }
 }

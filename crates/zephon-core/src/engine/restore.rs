@@ -6,13 +6,22 @@
 //! buffered, not what was processed.
 
 use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::error::OpError;
+use crate::checkpoint::LaneState;
+use crate::error::{Error, OpError, Result};
 use crate::id::SampleId;
+use crate::lineage::{Extent, Lineage};
 use crate::operator::{Accumulator, RebuildInput};
 use crate::operators::{Plan, apply_chain, apply_chain_prefix, take_covering};
-use crate::record::{Lineage, Record};
+use crate::record::Record;
 use crate::source::Datasets;
+
+use super::lane::{LaneRun, LaneSetup};
+use super::schedule::lock;
+use super::settings::RunSpec;
 
 /// Where in the pipeline a record is rebuilt.
 #[derive(Copy, Clone, Debug)]
@@ -47,8 +56,10 @@ impl<'a> Rebuilder<'a> {
             if self.cache.contains_key(&f.sample) {
                 continue;
             }
-            // A fragment without a range names the whole record.
-            let end = if f.end == 0 { u32::MAX } else { f.end };
+            let end = match f.extent {
+                Extent::Whole => u32::MAX,
+                Extent::Span(s) => s.end(),
+            };
             let e = until.entry(f.sample).or_insert(0);
             *e = (*e).max(end);
         }
@@ -130,4 +141,97 @@ impl RebuildInput for Input<'_, '_> {
     fn covering(&mut self, lineage: &Lineage) -> Result<Record, OpError> {
         self.rebuilder.covering(Level::AccIn(self.stage), lineage)
     }
+}
+
+/// Rebuilds every owned lane from its checkpointed state.
+///
+/// Lanes are independent: they are rebuilt in parallel. Their costs differ a lot (a lane
+/// holding rows of long documents re-reads more), so threads take lanes from a shared counter
+/// rather than fixed groups.
+pub(super) fn resume_lanes(
+    spec: &RunSpec,
+    plan: &Plan,
+    setups: Vec<LaneSetup>,
+    states: Vec<LaneState>,
+    next_step: u64,
+    threads: usize,
+) -> Result<Vec<LaneRun>> {
+    let jobs: Vec<Mutex<Option<(LaneSetup, LaneState)>>> =
+        setups.into_iter().zip(states).map(|j| Mutex::new(Some(j))).collect();
+    let results: Vec<Mutex<Option<Result<LaneRun>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    let counter = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(jobs.len()).max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = counter.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i).and_then(|j| lock(j).take()) else { break };
+                    let (setup, st) = job;
+                    let run = catch_unwind(AssertUnwindSafe(|| resume_lane(spec, plan, setup, st, next_step)))
+                        .unwrap_or_else(|_| Err(Error::WorkerPanic("a restore thread panicked".into())));
+                    *lock(&results[i]) = Some(run);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| Err(Error::WorkerPanic("a lane was not restored".into())))
+        })
+        .collect()
+}
+
+/// Rebuilds one lane from its checkpointed state.
+fn resume_lane(spec: &RunSpec, plan: &Plan, mut setup: LaneSetup, st: LaneState, next_step: u64) -> Result<LaneRun> {
+    let lane = st.lane;
+    let rebuild_err = |lineage: &dyn std::fmt::Display, e: OpError| Error::Rebuild {
+        lane,
+        lineage: lineage.to_string(),
+        message: e.to_string(),
+    };
+    let mut accs = std::mem::take(&mut setup.accs);
+    let mut rebuilt: Vec<Vec<crate::record::Record>> = Vec::new();
+    let pending;
+    {
+        let mut rb = Rebuilder::new(plan, &accs, &spec.datasets);
+        let all = st.accumulators.iter().flat_map(|a| a.buffered.iter()).chain(st.pending.iter());
+        rb.prefetch(all).map_err(|(id, e)| Error::Rebuild {
+            lane,
+            lineage: id.to_string(),
+            message: format!("cannot re-read: {e}"),
+        })?;
+        for (k, acc) in st.accumulators.iter().enumerate() {
+            let recs = acc
+                .buffered
+                .iter()
+                .map(|l| {
+                    rb.covering(Level::AccIn(k), l)
+                        .and_then(|r| r.narrow_to(l).map_err(OpError::Fatal))
+                        .map_err(|e| rebuild_err(l, e))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            rebuilt.push(recs);
+        }
+        pending = st
+            .pending
+            .iter()
+            .map(|l| {
+                rb.covering(Level::Row, l)
+                    .and_then(|r| r.narrow_to(l).map_err(OpError::Fatal))
+                    .map_err(|e| rebuild_err(l, e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+    }
+    for ((acc, state), recs) in accs.iter_mut().zip(st.accumulators.iter()).zip(rebuilt) {
+        acc.import(state.clone(), recs).map_err(|e| Error::Rebuild {
+            lane,
+            lineage: "(accumulator state)".into(),
+            message: e.to_string(),
+        })?;
+    }
+    setup.accs = accs;
+    LaneRun::resume(setup, &st, next_step, pending)
 }

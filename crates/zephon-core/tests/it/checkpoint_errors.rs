@@ -93,7 +93,8 @@ fn corrupt_and_truncated_files_are_refused() {
     let e = restore_err(run_spec(), 2, 0, tmp.path());
     assert!(e.contains("not a zephon checkpoint"), "{e}");
 
-    let newer = String::from_utf8_lossy(&good).replacen("format 1", "format 9", 1);
+    let newer =
+        String::from_utf8_lossy(&good).replacen(&format!("format {}", checkpoint::FORMAT_VERSION), "format 9", 1);
     fs::write(&path, newer.as_bytes()).unwrap();
     let e = restore_err(run_spec(), 2, 0, tmp.path());
     assert!(e.contains("format version 9"), "{e}");

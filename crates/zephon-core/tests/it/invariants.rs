@@ -96,7 +96,8 @@ proptest! {
         let mut record = |step: &LocalStep| {
             for row in step.rows() {
                 for f in row.lineage().fragments() {
-                    coverage.entry(f.sample).or_default().push((f.start, f.end));
+                    let p = f.positions().expect("rows hold token ranges");
+                    coverage.entry(f.sample).or_default().push((p.start(), p.end()));
                 }
             }
         };

@@ -111,15 +111,21 @@ fn a_panicking_operator_is_reported_not_hung() {
 }
 
 #[test]
-fn batches_stack_rows_and_reject_ragged_ones() {
+fn batches_stack_equal_rows_and_keep_unequal_ones_ragged() {
     let spec = spec(corpus(100, 20, 4), operators(24, 0), 4, 10, Tail::Drop);
     let mut e = Engine::start(spec, Topology::single(2, 6).unwrap(), opts(1, 4, 1)).unwrap();
     let step = e.next_step().unwrap().unwrap();
     let batch = step.to_batch().unwrap();
     assert_eq!(batch.rows(), 6);
-    assert_eq!(batch.column("input_ids").unwrap().shape, vec![6, 24]);
-    let a = Record::from_sample(SampleId::new(0, 0, 0)).with(&"x".into(), Value::Array(Array::U32(vec![1, 2])));
-    let b = Record::from_sample(SampleId::new(0, 0, 1)).with(&"x".into(), Value::Array(Array::U32(vec![1])));
-    let err = Batch::from_rows([&a, &b]).unwrap_err().to_string();
-    assert!(err.contains("has 1 elements, row 0 has 2"), "{err}");
+    assert_eq!(batch.column("input_ids").unwrap().dense().unwrap().shape().dims(), &[6, 24]);
+    assert_eq!(batch.lineages(), step.rows().map(|r| r.lineage().clone()).collect::<Vec<_>>());
+    let a = Record::from_sample(SampleId::new(0, 0, 0)).with(&"x".into(), Value::array(vec![1u32, 2]));
+    let b = Record::from_sample(SampleId::new(0, 0, 1)).with(&"x".into(), Value::array(vec![1u32]));
+    let batch = Batch::from_rows([&a, &b]).unwrap();
+    let x = batch.column("x").unwrap().ragged().unwrap();
+    assert_eq!(x.row_offsets(), &[0, 1, 2]);
+    assert_eq!(x.values().as_u32(), Some(&[1, 2, 1][..]));
+    let c = Record::from_sample(SampleId::new(0, 0, 2)).with(&"x".into(), Value::array(vec![1i32]));
+    let err = Batch::from_rows([&a, &c]).unwrap_err().to_string();
+    assert!(err.contains("row 1 is i32, row 0 is u32"), "{err}");
 }

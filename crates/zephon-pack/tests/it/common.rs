@@ -20,8 +20,8 @@ pub fn sample(row: u64) -> SampleId {
 /// An input piece: positions `start..start+len` of sample `row`'s document.
 pub fn piece(row: u64, start: u32, len: u32) -> Record {
     let ids = (start..start + len).map(|p| tok(row, p)).collect();
-    Record::new(Lineage::single(Fragment { sample: sample(row), start, end: start + len }))
-        .with(&Field::new("tokens"), Value::Seq(Array::U32(ids)))
+    Record::new(Lineage::single(Fragment::range(sample(row), start, start + len).unwrap()))
+        .with(&Field::new("tokens"), Value::seq::<u32>(ids))
         .with(&Field::new("text"), Value::Str("dropped from rows".into()))
 }
 
@@ -55,21 +55,21 @@ pub fn pack_all(pack: &Pack, inputs: &[Record]) -> Vec<Record> {
 
 pub fn u32s<'a>(r: &'a Record, name: &str) -> &'a [u32] {
     match r.get(name) {
-        Some(Value::Array(Array::U32(v))) => v,
+        Some(Value::Array(a)) if a.as_slice::<u32>().is_some() => a.as_slice::<u32>().unwrap_or_default(),
         other => panic!("{name}: expected Array U32, got {other:?}"),
     }
 }
 
 pub fn i32s<'a>(r: &'a Record, name: &str) -> &'a [i32] {
     match r.get(name) {
-        Some(Value::Array(Array::I32(v))) => v,
+        Some(Value::Array(a)) if a.as_slice::<i32>().is_some() => a.as_slice::<i32>().unwrap_or_default(),
         other => panic!("{name}: expected Array I32, got {other:?}"),
     }
 }
 
 pub fn u8s<'a>(r: &'a Record, name: &str) -> &'a [u8] {
     match r.get(name) {
-        Some(Value::Array(Array::U8(v))) => v,
+        Some(Value::Array(a)) if a.as_slice::<u8>().is_some() => a.as_slice::<u8>().unwrap_or_default(),
         other => panic!("{name}: expected Array U8, got {other:?}"),
     }
 }
@@ -155,7 +155,7 @@ pub fn check_row(c: &PackConfig, row: &Record) -> Result<(), TestCaseError> {
     for (f, &(start, len)) in frags.iter().zip(&runs) {
         prop_assert_eq!(f.len() as usize, len);
         for p in 0..len {
-            prop_assert_eq!(ids[start + p], tok(f.sample.row, f.start + p as u32), "id at {} from {}", start + p, f);
+            prop_assert_eq!(ids[start + p], tok(f.sample.row, f.start() + p as u32), "id at {} from {}", start + p, f);
         }
     }
     Ok(())
@@ -166,7 +166,7 @@ pub fn coverage(rows: &[Record]) -> BTreeMap<(u64, u32), u32> {
     let mut seen = BTreeMap::new();
     for r in rows {
         for f in r.lineage().fragments() {
-            for p in f.start..f.end {
+            for p in f.start()..f.end() {
                 *seen.entry((f.sample.row, p)).or_insert(0) += 1;
             }
         }
@@ -184,7 +184,7 @@ pub fn expected_coverage(c: &PackConfig, inputs: &[Record]) -> BTreeMap<(u64, u3
             LongDocs::Split => f.len(),
             LongDocs::Truncate => f.len().min(c.seq_len as u32),
         };
-        for p in f.start..f.start + keep {
+        for p in f.start()..f.start() + keep {
             want.insert((f.sample.row, p), 1);
         }
     }
@@ -232,4 +232,19 @@ pub fn inputs(t: usize) -> impl Strategy<Value = Vec<Record>> {
         }
         out
     })
+}
+
+/// Token positions of fragments the packer made (always ranges).
+pub trait Positions {
+    fn start(&self) -> u32;
+    fn end(&self) -> u32;
+}
+
+impl Positions for Fragment {
+    fn start(&self) -> u32 {
+        self.positions().expect("packed fragments are token ranges").start()
+    }
+    fn end(&self) -> u32 {
+        self.positions().expect("packed fragments are token ranges").end()
+    }
 }

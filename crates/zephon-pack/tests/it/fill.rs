@@ -76,8 +76,8 @@ fn sample_documents() -> (Vec<Record>, Vec<Record>) {
 }
 
 fn doc(id: SampleId, ids: Vec<u32>) -> Record {
-    let f = Fragment { sample: id, start: 0, end: ids.len() as u32 };
-    Record::new(Lineage::single(f)).with(&Field::new("tokens"), Value::Seq(Array::U32(ids)))
+    let f = Fragment::range(id, 0, ids.len() as u32).unwrap();
+    Record::new(Lineage::single(f)).with(&Field::new("tokens"), Value::seq::<u32>(ids))
 }
 
 struct Fill {

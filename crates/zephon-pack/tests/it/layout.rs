@@ -29,14 +29,14 @@ proptest! {
             // that reached max_segments, is short.
             let order: Vec<(u64, u32)> = rows
                 .iter()
-                .flat_map(|r| r.lineage().fragments().iter().flat_map(|f| (f.start..f.end).map(|p| (f.sample.row, p))))
+                .flat_map(|r| r.lineage().fragments().iter().flat_map(|f| (f.start()..f.end()).map(|p| (f.sample.row, p))))
                 .collect();
             let want: Vec<(u64, u32)> = docs
                 .iter()
                 .flat_map(|d| {
                     let f = *d.lineage().as_single().unwrap();
                     let keep = if c.long == LongDocs::Truncate { f.len().min(c.seq_len as u32) } else { f.len() };
-                    (f.start..f.start + keep).map(move |p| (f.sample.row, p))
+                    (f.start()..f.start() + keep).map(move |p| (f.sample.row, p))
                 })
                 .collect();
             prop_assert_eq!(order, want);
@@ -146,17 +146,17 @@ fn empty_documents_are_skipped() {
 #[test]
 fn bad_records_are_data_errors_and_leave_the_state_alone() {
     let sample = SampleId::new(0, 0, 9);
-    let frag = |start, end| Fragment { sample, start, end };
+    let frag = |start, end| Fragment::range(sample, start, end).unwrap();
     let bad = [
-        Record::new(Lineage::single(frag(0, 2))).with(&"text".into(), Value::Str("no tokens".into())),
-        Record::new(Lineage::single(frag(0, 2))).with(&"tokens".into(), Value::Array(Array::U32(vec![1, 2]))),
-        Record::new(Lineage::single(frag(0, 2))).with(&"tokens".into(), Value::Seq(Array::I64(vec![1, 2]))),
-        Record::new(Lineage::single(frag(0, 3))).with(&"tokens".into(), Value::Seq(Array::U32(vec![1, 2]))),
-        Record::new(Lineage::single(frag(3, 1))).with(&"tokens".into(), Value::Seq(Array::U32(vec![1, 2]))),
-        Record::new(Lineage::single(frag(0, 2))).with(&"tokens".into(), Value::Seq(Array::U32(vec![1, u32::MAX]))),
+        Record::new(Lineage::single(frag(0, 2))).with(&"text".into(), Value::text("no tokens")),
+        Record::new(Lineage::single(frag(0, 2))).with(&"tokens".into(), Value::array::<u32>(vec![1, 2])),
+        Record::new(Lineage::single(frag(0, 2))).with(&"tokens".into(), Value::seq::<i64>(vec![1, 2])),
+        Record::new(Lineage::single(frag(0, 3))).with(&"tokens".into(), Value::seq::<u32>(vec![1, 2])),
+        Record::new(Lineage::single(Fragment::whole(sample))).with(&"tokens".into(), Value::seq::<u32>(vec![1, 2])),
+        Record::new(Lineage::single(frag(0, 2))).with(&"tokens".into(), Value::seq::<u32>(vec![1, u32::MAX])),
         Record::new(Lineage::from_fragments(vec![frag(0, 1), frag(5, 6)]))
-            .with(&"tokens".into(), Value::Seq(Array::U32(vec![1, 2]))),
-        Record::new(Lineage::default()).with(&"tokens".into(), Value::Seq(Array::U32(vec![1, 2]))),
+            .with(&"tokens".into(), Value::seq::<u32>(vec![1, 2])),
+        Record::new(Lineage::default()).with(&"tokens".into(), Value::seq::<u32>(vec![1, 2])),
     ];
     for alg in [Algorithm::Wrap, Algorithm::FirstFit { bins: 2 }, Algorithm::BestFit { bins: 2 }] {
         let pack = Pack::new(config(alg, 4, 4)).unwrap();
@@ -180,8 +180,8 @@ fn bad_records_are_data_errors_and_leave_the_state_alone() {
 #[test]
 fn other_input_fields_and_custom_names() {
     let c = PackConfig { input_field: "ids".into(), pad_id: 7, ignore_index: -1, ..config(Algorithm::Wrap, 4, 2) };
-    let rec = Record::new(Lineage::single(Fragment { sample: sample(0), start: 0, end: 2 }))
-        .with(&"ids".into(), Value::Seq(Array::U32(vec![5, 6])))
+    let rec = Record::new(Lineage::single(Fragment::range(sample(0), 0, 2).unwrap()))
+        .with(&"ids".into(), Value::seq::<u32>(vec![5, 6]))
         .with(&"tokens".into(), Value::Str("ignored".into()));
     let rows = pack_all(&Pack::new(c).unwrap(), &[rec]);
     assert_eq!(u32s(&rows[0], INPUT_IDS), &[5, 6, 7, 7]);

@@ -75,7 +75,7 @@ fn imports_refuse_states_the_packer_cannot_be_in() {
     };
     let wrap = Pack::new(PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) }).unwrap();
     let fit = Pack::new(PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::BestFit { bins: 2 }, 8) }).unwrap();
-    let single = |row: u64, start: u32, end: u32| Lineage::single(Fragment { sample: sample(row), start, end });
+    let single = |row: u64, start: u32, end: u32| Lineage::single(Fragment::range(sample(row), start, end).unwrap());
     let cases: Vec<(&Pack, AccumulatorState)> = vec![
         (&wrap, AccumulatorState { values: vec![], buffered: vec![] }),
         (&wrap, AccumulatorState { values: vec![2, 1], buffered: vec![single(0, 0, 3)] }),
@@ -121,7 +121,7 @@ fn rebuild_refuses_lineages_the_packer_never_emits() {
     let mut store = Store(vec![piece(0, 0, 10), piece(1, 0, 10), piece(2, 0, 10)]);
     let pack = Pack::new(PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 8) }).unwrap();
     let acc = accumulator(&pack);
-    let f = |row: u64, start: u32, end: u32| Fragment { sample: sample(row), start, end };
+    let f = |row: u64, start: u32, end: u32| Fragment::range(sample(row), start, end).unwrap();
     for bad in [
         Lineage::default(),
         Lineage::single(f(0, 0, 9)),

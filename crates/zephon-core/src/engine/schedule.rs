@@ -1,0 +1,238 @@
+//! The shared state of a running engine: lanes' slots, reorder rings, outputs, and the
+//! scheduler that decides which lane gets the next unit of work.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::checkpoint::Cursor;
+use crate::error::Error;
+use crate::id::Lane;
+use crate::operators::Plan;
+use crate::source::{Chunk, Datasets, WorkSource};
+use crate::step::LaneStep;
+use crate::topology::Topology;
+
+use super::lane::{LaneRun, Progress, Snapshot, UnitOutput};
+use super::settings::{BadRecords, ExecOptions, Tail};
+
+pub(crate) struct Shared {
+    pub(crate) plan: Arc<Plan>,
+    pub(crate) source: Arc<dyn WorkSource>,
+    pub(crate) datasets: Datasets,
+    pub(crate) names: Arc<[String]>,
+    pub(crate) topology: Topology,
+    pub(crate) opts: ExecOptions,
+    pub(crate) bad_records: BadRecords,
+    pub(crate) tail: Tail,
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) sched: Mutex<Sched>,
+    pub(crate) work_cv: Condvar,
+    pub(crate) step_cv: Condvar,
+    pub(crate) lane_window: usize,
+    pub(crate) total_window: usize,
+}
+
+pub(crate) struct Slot {
+    pub(crate) lane: Lane,
+    pub(crate) inbox: Mutex<Inbox>,
+    /// The lane's ordered part. Only drainers lock it, and only with `try_lock`: holding it is
+    /// the token that says "I am draining this lane" (the consumer never touches it).
+    pub(crate) run: Mutex<LaneRun>,
+    /// What the lane has finished, for the consumer.
+    pub(crate) out: Mutex<Output>,
+}
+
+/// A lane's finished steps and, once it can make no more, its end.
+#[derive(Default)]
+pub(crate) struct Output {
+    pub(crate) steps: VecDeque<LaneStep>,
+    /// Why the lane stopped, if it failed.
+    pub(crate) error: Option<Error>,
+    /// The lane's state once its input has ended (what a partial step of an empty lane saves).
+    pub(crate) end_state: Option<Snapshot>,
+}
+
+impl Output {
+    /// Moves what the lane finished into the consumer's queue.
+    pub(crate) fn collect(&mut self, run: &mut LaneRun) {
+        self.steps.extend(run.steps.drain(..));
+        if let Some(e) = run.error.take() {
+            self.error = Some(e);
+        }
+        if run.is_finished() && self.end_state.is_none() {
+            self.end_state = Some(run.snapshot_now());
+        }
+    }
+}
+
+/// A lane's reorder ring: finished units waiting for their turn.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    pub(crate) next: u64,
+    pub(crate) ring: VecDeque<Option<UnitOutput>>,
+}
+
+impl Inbox {
+    pub(crate) fn put(&mut self, seq: u64, out: UnitOutput) {
+        let i = (seq - self.next) as usize;
+        if self.ring.len() <= i {
+            self.ring.resize_with(i + 1, || None);
+        }
+        self.ring[i] = Some(out);
+    }
+
+    pub(crate) fn take_next(&mut self) -> Option<UnitOutput> {
+        if matches!(self.ring.front(), Some(Some(_))) {
+            self.next += 1;
+            self.ring.pop_front().flatten()
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn next_ready(&self) -> bool {
+        matches!(self.ring.front(), Some(Some(_)))
+    }
+}
+
+/// The dispatch side of a lane.
+pub(crate) struct Dispatch {
+    pub(crate) cursor: Cursor,
+    pub(crate) chunk: Option<Arc<Chunk>>,
+    pub(crate) seq: u64,
+    pub(crate) in_flight: usize,
+    pub(crate) ended: bool,
+    pub(crate) queued: bool,
+}
+
+#[derive(Copy, Clone, Default)]
+pub(crate) struct LaneProgress {
+    pub(crate) made: Progress,
+    pub(crate) failed: bool,
+}
+
+pub(crate) struct Sched {
+    pub(crate) lanes: Vec<Dispatch>,
+    pub(crate) progress: Vec<LaneProgress>,
+    /// Lanes that have not yet made the step the consumer waits for (and are not done): the
+    /// consumer sleeps until this reaches 0, instead of rescanning every lane at each wake.
+    pub(crate) behind: usize,
+    pub(crate) queue: VecDeque<usize>,
+    pub(crate) consumed: u64,
+    pub(crate) in_flight: usize,
+    /// Workers asleep on `work_cv`, and whether the consumer sleeps on `step_cv`: a notify is
+    /// a system call even with nobody waiting, so it is only made for a sleeper.
+    pub(crate) idle_workers: usize,
+    pub(crate) consumer_waiting: bool,
+    pub(crate) shutdown: bool,
+    pub(crate) fault: Option<String>,
+}
+
+pub(crate) enum UnitKind {
+    Samples { chunk: Arc<Chunk>, n: u64, start: usize, end: usize },
+    End,
+    SourceFailed(String),
+}
+
+pub(crate) struct Unit {
+    pub(crate) slot: usize,
+    pub(crate) seq: u64,
+    pub(crate) kind: UnitKind,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock means a worker panicked; the panic is reported as a fault, and the data
+    // behind the lock is only read to shut down.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Sched {
+    pub(crate) fn is_behind(&self, i: usize) -> bool {
+        let p = &self.progress[i];
+        p.made.steps_made <= self.consumed && !p.made.done && !p.failed
+    }
+
+    pub(crate) fn count_behind(&mut self) {
+        self.behind = (0..self.progress.len()).filter(|&i| self.is_behind(i)).count();
+    }
+
+    pub(crate) fn eligible(&self, i: usize, shared: &Shared) -> bool {
+        let d = &self.lanes[i];
+        let p = &self.progress[i];
+        !d.ended
+            && !p.made.done
+            && d.in_flight < shared.lane_window
+            && p.made.steps_made < self.consumed + shared.opts.prefetch_steps
+    }
+
+    pub(crate) fn enqueue(&mut self, i: usize, shared: &Shared) {
+        if !self.lanes[i].queued && self.eligible(i, shared) {
+            self.lanes[i].queued = true;
+            self.queue.push_back(i);
+        }
+    }
+
+    pub(crate) fn next_unit(&mut self, shared: &Shared) -> Option<Unit> {
+        if self.in_flight >= shared.total_window {
+            return None;
+        }
+        while let Some(i) = self.queue.pop_front() {
+            self.lanes[i].queued = false;
+            if !self.eligible(i, shared) {
+                continue;
+            }
+            let kind = self.cut(i, shared);
+            let d = &mut self.lanes[i];
+            let unit = Unit { slot: i, seq: d.seq, kind };
+            d.seq += 1;
+            d.in_flight += 1;
+            self.in_flight += 1;
+            self.enqueue(i, shared);
+            return Some(unit);
+        }
+        None
+    }
+
+    /// The lane's next unit of input: up to `unit_samples` samples of its current chunk, or
+    /// the end of its input.
+    pub(crate) fn cut(&mut self, i: usize, shared: &Shared) -> UnitKind {
+        let lane = shared.slots[i].lane;
+        let d = &mut self.lanes[i];
+        loop {
+            let chunk = match &d.chunk {
+                Some(c) => c.clone(),
+                None => match shared.source.chunk(lane, shared.topology.lanes(), d.cursor.chunk) {
+                    Ok(Some(c)) => {
+                        let c = Arc::new(c);
+                        d.chunk = Some(c.clone());
+                        c
+                    }
+                    Ok(None) => {
+                        d.ended = true;
+                        return UnitKind::End;
+                    }
+                    Err(m) => {
+                        d.ended = true;
+                        return UnitKind::SourceFailed(m);
+                    }
+                },
+            };
+            let len = chunk.samples.len();
+            let start = d.cursor.offset as usize;
+            if start >= len {
+                d.cursor = Cursor { chunk: d.cursor.chunk + 1, offset: 0 };
+                d.chunk = None;
+                continue;
+            }
+            let end = (start + shared.opts.unit_samples).min(len);
+            let n = d.cursor.chunk;
+            if end == len {
+                d.cursor = Cursor { chunk: n + 1, offset: 0 };
+                d.chunk = None;
+            } else {
+                d.cursor.offset = end as u64;
+            }
+            return UnitKind::Samples { chunk, n, start, end };
+        }
+    }
+}

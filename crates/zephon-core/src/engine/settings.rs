@@ -1,0 +1,120 @@
+//! What a run computes (everything fingerprinted) and how it executes (nothing that changes
+//! a byte).
+
+use std::sync::Arc;
+
+use crate::checkpoint::{self, RunFingerprint};
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::operators::Operators;
+use crate::source::{Datasets, WorkSource};
+use crate::topology::Topology;
+
+/// What to do with a record that is malformed (an [`OpError::Data`] from a reader or a
+/// stateless part).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum BadRecords {
+    /// Stop the run with an error naming dataset, shard and row.
+    #[default]
+    Fail,
+    /// Skip the record and count it. The skip is a function of the record alone, so it is the
+    /// same on every topology and after every restore.
+    Skip,
+}
+
+/// What happens when the input ends and a lane cannot fill a whole step.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Tail {
+    /// The run ends at the first step some lane cannot fill (steps stay fixed-shape).
+    #[default]
+    Drop,
+    /// Steps continue while any lane has rows; lanes give what they have (every sample is
+    /// delivered).
+    Partial,
+}
+
+/// What the run computes: everything here is part of the checkpoint fingerprint.
+#[derive(Clone)]
+pub struct RunSpec {
+    /// The operators.
+    pub operators: Operators,
+    /// Which samples each lane processes.
+    pub source: Arc<dyn WorkSource>,
+    /// Where samples are read from.
+    pub datasets: Datasets,
+    /// The seed accumulators derive their randomness from.
+    pub seed: u64,
+    /// The bad-record policy.
+    pub bad_records: BadRecords,
+    /// The end-of-input policy.
+    pub tail: Tail,
+    /// Facts the run was built from that must not be measured again on restore (token
+    /// estimates, for one). Saved in every checkpoint file; read back with
+    /// [`checkpoint::metadata`] before building the restored run. Their effect on the data is
+    /// covered by the other parts' fingerprints.
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+impl RunSpec {
+    /// The run's identity, part by part, for the given lane layout.
+    pub fn fingerprint(&self, topology: &Topology) -> RunFingerprint {
+        let mut f = RunFingerprint::new();
+        f.insert("format".into(), checkpoint::FORMAT_VERSION.to_string());
+        f.insert("row encoding".into(), crate::encoding::ENCODING_VERSION.to_string());
+        f.insert("pipeline".into(), self.operators.fingerprint().to_hex());
+        f.insert("work source".into(), Digest::of(self.source.fingerprint().as_bytes()).to_hex());
+        f.insert("datasets".into(), self.datasets.names().join(", "));
+        for m in self.datasets.manifests() {
+            f.insert(format!("dataset {}", m.name), m.fingerprint().to_hex());
+        }
+        f.insert("lanes".into(), topology.lanes().to_string());
+        f.insert("rows per step".into(), topology.global_rows().to_string());
+        f.insert("seed".into(), self.seed.to_string());
+        f.insert("bad records".into(), format!("{:?}", self.bad_records));
+        f.insert("tail".into(), format!("{:?}", self.tail));
+        f
+    }
+}
+
+/// How the run executes: none of this changes a byte of the output.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// Worker threads.
+    pub threads: usize,
+    /// Steps each lane may prepare ahead of the consumer.
+    pub prefetch_steps: u64,
+    /// Samples per unit of work.
+    pub unit_samples: usize,
+    /// Take lane snapshots (for checkpoints) every this many steps.
+    pub snapshot_every: u64,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            prefetch_steps: 2,
+            unit_samples: 16,
+            snapshot_every: 1,
+        }
+    }
+}
+
+impl ExecOptions {
+    pub(crate) fn check(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::Config(m.to_string()));
+        if self.threads == 0 {
+            return bad("threads must be at least 1");
+        }
+        if self.prefetch_steps == 0 {
+            return bad("prefetch_steps must be at least 1");
+        }
+        if self.unit_samples == 0 {
+            return bad("unit_samples must be at least 1");
+        }
+        if self.snapshot_every == 0 {
+            return bad("snapshot_every must be at least 1");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,156 @@
+//! What a worker thread does: takes a unit, runs its stateless part with no lock held, puts
+//! it in its lane's reorder ring, and drains the lane if nobody else is.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use crate::error::{Error, OpError, record_error};
+use crate::operators::apply_chain;
+
+use super::lane::UnitOutput;
+use super::schedule::{Shared, Unit, UnitKind, lock};
+use super::settings::BadRecords;
+
+impl Shared {
+    /// The stateless part of one unit: read, then the parallel maps. No locks held.
+    pub(crate) fn process(&self, unit: &Unit) -> UnitOutput {
+        let lane = self.slots[unit.slot].lane;
+        match &unit.kind {
+            UnitKind::End => UnitOutput::End,
+            UnitKind::SourceFailed(m) => UnitOutput::Failed(Error::Source { lane, message: m.clone() }),
+            UnitKind::Samples { chunk, n, start, end } => {
+                let ids = &chunk.samples[*start..*end];
+                let reads = self.datasets.read(ids);
+                let mut records = Vec::with_capacity(ids.len());
+                let mut ends = Vec::with_capacity(ids.len());
+                let mut skipped = Vec::with_capacity(ids.len());
+                let mut failure = None;
+                for (j, (id, read)) in ids.iter().zip(reads).enumerate() {
+                    let before = records.len();
+                    let res = match read {
+                        Ok(rec) => apply_chain(&self.plan.parallel, rec, &mut records),
+                        Err(e) => Err(("read", e)),
+                    };
+                    match res {
+                        Ok(()) => skipped.push(false),
+                        Err((_, OpError::Data(_))) if self.bad_records == BadRecords::Skip => {
+                            records.truncate(before);
+                            skipped.push(true);
+                        }
+                        Err((op, e)) => {
+                            records.truncate(before);
+                            failure = Some((j, record_error(&self.names, *id, lane, op, e.to_string())));
+                            break;
+                        }
+                    }
+                    ends.push(records.len());
+                }
+                UnitOutput::Samples {
+                    chunk: *n,
+                    start: *start as u64,
+                    chunk_len: chunk.samples.len() as u64,
+                    records,
+                    ends,
+                    skipped,
+                    failure,
+                }
+            }
+        }
+    }
+
+    /// Puts a finished unit in its lane's ring and, if the lane is free, pushes every unit
+    /// that is now next in order through its accumulators.
+    pub(crate) fn deposit(&self, i: usize, seq: u64, out: UnitOutput) {
+        let slot = &self.slots[i];
+        lock(&slot.inbox).put(seq, out);
+        loop {
+            let mut run = match slot.run.try_lock() {
+                Ok(g) => g,
+                // Another worker is draining this lane; it re-checks the ring after it lets go.
+                Err(std::sync::TryLockError::WouldBlock) => return,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            };
+            let mut drained = 0;
+            loop {
+                let next = lock(&slot.inbox).take_next();
+                match next {
+                    Some(unit) => {
+                        run.accumulate(unit);
+                        drained += 1;
+                    }
+                    None => break,
+                }
+            }
+            let made = run.progress();
+            let failed = run.error.is_some();
+            if drained > 0 {
+                lock(&slot.out).collect(&mut run);
+            }
+            drop(run);
+            if drained > 0 {
+                let mut s = lock(&self.sched);
+                s.lanes[i].in_flight -= drained;
+                s.in_flight -= drained;
+                let was_behind = s.is_behind(i);
+                // Two drainers of one lane may publish out of order: keep the newest.
+                let p = &mut s.progress[i];
+                p.made.steps_made = p.made.steps_made.max(made.steps_made);
+                p.made.done |= made.done;
+                p.failed |= failed;
+                let caught_up = was_behind && !s.is_behind(i);
+                if caught_up {
+                    s.behind -= 1;
+                }
+                s.enqueue(i, self);
+                let wake_consumer = caught_up && s.behind == 0 && s.consumer_waiting;
+                let wake_workers = !s.queue.is_empty() && s.idle_workers > 0;
+                drop(s);
+                if wake_workers {
+                    self.work_cv.notify_all();
+                }
+                if wake_consumer {
+                    self.step_cv.notify_all();
+                }
+            }
+            if !lock(&slot.inbox).next_ready() {
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn worker(self: Arc<Self>) {
+        loop {
+            let unit = {
+                let mut s = lock(&self.sched);
+                loop {
+                    if s.shutdown || s.fault.is_some() {
+                        return;
+                    }
+                    if let Some(u) = s.next_unit(&self) {
+                        break u;
+                    }
+                    s.idle_workers += 1;
+                    s = self.work_cv.wait(s).unwrap_or_else(|p| p.into_inner());
+                    s.idle_workers -= 1;
+                }
+            };
+            let (slot, seq) = (unit.slot, unit.seq);
+            let res = catch_unwind(AssertUnwindSafe(|| {
+                let out = self.process(&unit);
+                drop(unit);
+                self.deposit(slot, seq, out);
+            }));
+            if let Err(p) = res {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                lock(&self.sched).fault = Some(format!("{}: {msg}", self.slots[slot].lane));
+                self.work_cv.notify_all();
+                self.step_cv.notify_all();
+                return;
+            }
+        }
+    }
+}
