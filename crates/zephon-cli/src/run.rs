@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use zephon::core::{RankEnv, checkpoint, lane_digest};
+use zephon::core::{Digest, HashLogLine, Lane, RankEnv, checkpoint, lane_digest};
 use zephon::{LocalStep, Spec, Topology, Value};
 
 use crate::CliError;
@@ -135,7 +135,8 @@ pub fn step_tokens(step: &LocalStep) -> u64 {
 
 /// Lane digests of a step computed from the rows as microbatches hand them out: if
 /// microbatching changed which rows a step holds, these would differ from the lanes'.
-fn digests_through_microbatches(step: &LocalStep, size: usize) -> Result<Vec<(u32, String)>, CliError> {
+fn digests_through_microbatches(step: &LocalStep, size: usize) -> Result<Vec<(Lane, Digest)>, CliError> {
+    // Rows share their buffers: collecting them back out of the microbatches copies no payload.
     let rows: Vec<_> = step
         .microbatches(size)
         .map_err(zephon::Error::from)?
@@ -147,7 +148,7 @@ fn digests_through_microbatches(step: &LocalStep, size: usize) -> Result<Vec<(u3
     let mut at = 0;
     for lane in step.lanes() {
         let n = lane.rows().len();
-        out.push((lane.lane().0, lane_digest(&rows[at..at + n]).to_hex()));
+        out.push((lane.lane(), lane_digest(&rows[at..at + n])));
         at += n;
     }
     Ok(out)
@@ -217,10 +218,10 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
             if let Some(log) = &mut log {
                 let digests = match args.microbatch {
                     Some(m) => digests_through_microbatches(&step, m)?,
-                    None => step.lane_digests().map(|(l, d)| (l.0, d.to_hex())).collect(),
+                    None => step.lane_digests().collect(),
                 };
-                for (lane, d) in digests {
-                    writeln!(log, "{}\t{lane}\t{d}", step.step().0)
+                for (lane, digest) in digests {
+                    writeln!(log, "{}", HashLogLine { step: step.step(), lane, digest })
                         .map_err(|e| CliError::Io(args.hash_log.clone().unwrap_or_default(), e))?;
                 }
             }

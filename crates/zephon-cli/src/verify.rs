@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use zephon::Spec;
-use zephon::core::{Digest, step_fingerprint};
+use zephon::core::{Digest, HashLog};
 
 use crate::CliError;
 
@@ -71,42 +71,23 @@ impl Launch<'_> {
             c.env_remove("RANK").env_remove("WORLD_SIZE");
             children.push((r, log, c.spawn().map_err(|e| CliError::Io(exe.clone(), e))?));
         }
-        let mut by_step: BTreeMap<u64, BTreeMap<u32, Digest>> = BTreeMap::new();
+        let mut log = HashLog::new();
         let mut failed = Vec::new();
-        for (r, log, mut child) in children {
+        for (r, path, mut child) in children {
             let status = child.wait().map_err(|e| CliError::Io(exe.clone(), e))?;
             if !status.success() {
                 failed.push(r);
                 continue;
             }
-            let text = fs::read_to_string(&log).map_err(|e| CliError::Io(log.clone(), e))?;
-            for line in text.lines() {
-                let f: Vec<&str> = line.split('\t').collect();
-                let parsed =
-                    (|| Some((f.first()?.parse().ok()?, f.get(1)?.parse().ok()?, Digest::from_hex(f.get(2)?)?)))();
-                let (step, lane, d): (u64, u32, Digest) =
-                    parsed.ok_or_else(|| CliError::Verify(format!("{}: bad hash-log line {line:?}", log.display())))?;
-                if by_step.entry(step).or_default().insert(lane, d).is_some() {
-                    return Err(CliError::Verify(format!("{label}: lane {lane} of step {step} logged twice")));
-                }
-            }
+            let text = fs::read_to_string(&path).map_err(|e| CliError::Io(path.clone(), e))?;
+            log.add_text(&text).map_err(|e| CliError::Verify(format!("{label}: {}: {e}", path.display())))?;
         }
         if !failed.is_empty() {
             return Err(CliError::Verify(format!(
                 "{label}: rank process(es) {failed:?} failed (their errors are above)"
             )));
         }
-        let mut steps = Steps::new();
-        for (step, lanes) in by_step {
-            if lanes.len() != self.lanes as usize {
-                return Err(CliError::Verify(format!(
-                    "{label}: step {step} has {} of {} lanes",
-                    lanes.len(),
-                    self.lanes
-                )));
-            }
-            steps.insert(step, step_fingerprint(lanes.values()));
-        }
+        let steps = log.fingerprints(self.lanes).map_err(|e| CliError::Verify(format!("{label}: {e}")))?;
         Ok(steps)
     }
 }

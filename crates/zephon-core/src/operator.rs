@@ -1,17 +1,5 @@
 //! The operator contract: a stateless part that runs anywhere, and an optional per-lane
-//! accumulator that runs in order.
-//!
-//! A third-party operator implements [`Operator`] (and, if it keeps state, [`Accumulator`])
-//! against this module alone. The engine guarantees:
-//!
-//! - [`Operator::apply`] may run on any thread, in any order, any number of times (restore
-//!   runs it again on buffered samples); it must be a pure function of its input record.
-//! - An [`Accumulator`] belongs to one lane. It sees that lane's records in stream order,
-//!   one call at a time; its outputs depend only on that order, never on timing.
-//! - At checkpoint time, [`Accumulator::export`] describes the state as small numbers plus the
-//!   lineage of the records it holds; restore re-reads and re-processes exactly those records
-//!   and hands them back to [`Accumulator::import`]. No payloads are saved and nothing else is
-//!   replayed.
+//! accumulator that runs in order. The whole contract is written on [`Operator`].
 
 use serde::{Deserialize, Serialize};
 
@@ -55,7 +43,53 @@ pub struct LaneContext {
     pub seed: u64,
 }
 
-/// One step of a pipeline.
+/// One step of a pipeline: a stateless part, an optional per-lane accumulator, or both.
+///
+/// A third-party operator implements this trait (and [`Accumulator`] if it keeps state)
+/// against `zephon-core` alone; `examples/custom_operator.rs` is a complete one. This is the
+/// whole contract between an operator and the engine.
+///
+/// # Where each part runs
+/// - [`Operator::apply`] (the stateless part) may run on any thread, in any order, any number
+///   of times: restore runs it again on buffered samples. It must be a pure function of its
+///   input record: no clocks, no global counters, no randomness except from
+///   [`crate::RngKey`] keyed by what the record itself carries (its sample id).
+/// - An [`Accumulator`] belongs to one lane. It sees that lane's records in stream order, one
+///   call at a time, and its output must depend only on that order, never on timing, thread or
+///   world size (it is not told the world size: [`LaneContext`] has the lane and seed only).
+/// - Stateless operators placed **after** an accumulator run on the lane, in order, on the
+///   thread that drains it (their input already depends on history); only those before the
+///   first accumulator run in parallel. Put heavy stateless work (decoding, tokenizing) first.
+///
+/// # Lineage
+/// Every record carries a [`Lineage`]: the pieces of stored samples it was made of. The engine
+/// checkpoints lineage, never payloads, so an operator must keep it true:
+/// - A map that keeps the record's meaning keeps its lineage unchanged.
+/// - A map that gives a sample a sequence axis (a tokenizer) sets the lineage to
+///   `Fragment::span(sample, 0..n)` for `n` positions, replacing the whole-sample fragment.
+/// - A split produces pieces with **disjoint** spans of the same sample, in order, each sliced
+///   with [`Record::slice`] (which also keeps exactly the attachments anchored in the piece and
+///   refuses to cut an atomic one). A piece's lineage then identifies it on restore.
+/// - An accumulator that combines records gives the result the concatenation of their
+///   fragments (packing) and must override [`Accumulator::rebuild`] to remake it from that
+///   lineage alone; one that passes records through unchanged (a shuffle) keeps theirs.
+///
+/// # Errors
+/// Return [`OpError::Data`] when **this record** is bad (malformed, empty, too long): the run's
+/// bad-record policy stops the run with dataset, shard and row, or skips and counts it. Return
+/// [`OpError::Fatal`] when anything else is wrong (a broken invariant, a state that cannot be
+/// restored, a bug): it always stops the run. Never panic on data; a panic is caught and
+/// reported as a failed run.
+///
+/// # When the engine calls what
+/// - [`Operator::accumulator`] once per owned lane at start, and again before
+///   [`Accumulator::import`] on restore. [`Operator::kind`] must agree with it: the engine
+///   refuses to start when an operator declares a kind without an accumulator or returns an
+///   accumulator its kind does not declare.
+/// - [`Accumulator::finish`] only when the lane's input ends (finite data); what it emits
+///   reaches the consumer only under [`crate::Tail::Partial`] if it does not fill a step.
+/// - [`Accumulator::rebuild`] only on restore, and only when a later accumulator holds records
+///   this one emitted.
 pub trait Operator: Send + Sync + 'static {
     /// A short name for plans and errors (`tokenize`, `pack`).
     fn name(&self) -> &str;

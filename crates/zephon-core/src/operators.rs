@@ -123,8 +123,21 @@ impl Plan {
         }
     }
 
-    /// One fresh accumulator per stage for `lane`.
+    /// One fresh accumulator per stage for `lane`. Refuses an operator whose
+    /// [`Operator::kind`] and [`Operator::accumulator`] disagree, in either direction.
     pub fn accumulators(&self, ctx: LaneContext) -> Result<Vec<Box<dyn Accumulator>>> {
+        if let Some(op) = self.operators.ops.iter().find(|op| !op.kind().accumulates() && op.accumulator(ctx).is_some())
+        {
+            return Err(Error::Operator {
+                operator: op.name().to_string(),
+                lane: ctx.lane,
+                message: format!(
+                    "returns an accumulator but its kind() is {:?}, so the accumulator would never run: \
+                     override kind() to return Accumulate or MapThenAccumulate",
+                    op.kind()
+                ),
+            });
+        }
         self.stages
             .iter()
             .map(|st| {

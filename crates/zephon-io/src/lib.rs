@@ -26,6 +26,7 @@
 mod error;
 mod fields;
 mod jsonl;
+#[cfg(feature = "parquet")]
 mod parquet;
 mod shard;
 
@@ -35,6 +36,7 @@ use std::sync::Arc;
 pub use error::{Error, Result};
 pub use fields::Fields;
 pub use jsonl::JsonlDataset;
+#[cfg(feature = "parquet")]
 pub use parquet::ParquetDataset;
 pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, SampleId};
 
@@ -62,7 +64,7 @@ pub enum Format {
 impl Format {
     /// The format a file name says, if any.
     pub fn of(path: &Path) -> Option<Format> {
-        if parquet::is_parquet(path) {
+        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet")) {
             Some(Format::Parquet)
         } else if jsonl::Compression::of(path).is_some() {
             Some(Format::Jsonl)
@@ -119,8 +121,16 @@ pub fn open_shards(
         Format::Jsonl => Arc::new(
             JsonlDataset::open(name, files, options.fields.clone(), options.cache_dir.as_deref()).map_err(wrap)?,
         ),
+        #[cfg(feature = "parquet")]
         Format::Parquet => Arc::new(
             ParquetDataset::open(name, files, options.fields.clone(), options.parquet_cache_bytes).map_err(wrap)?,
         ),
+        #[cfg(not(feature = "parquet"))]
+        Format::Parquet => {
+            return Err(wrap((
+                files.first().cloned().unwrap_or_default(),
+                "this build of zephon-io has no `parquet` feature".into(),
+            )));
+        }
     })
 }

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use arrow_array::cast::AsArray;
@@ -314,9 +314,4 @@ fn value_at(col: &dyn Array, i: usize) -> Option<Value> {
         }
         _ => return None,
     })
-}
-
-/// Whether a path names a Parquet file.
-pub(crate) fn is_parquet(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
 }

@@ -1,7 +1,7 @@
 //! The mixture work source: datasets interleaved by weight, cut into chunks, dealt to lanes.
 
 use serde::{Deserialize, Serialize};
-use zephon_core::{Chunk, DatasetManifest, Lane, Permutation, RngKey, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, Lane, WorkSource};
 
 use crate::error::{Error, Result};
 use crate::interleave::Interleave;
@@ -179,8 +179,7 @@ impl MixtureSource {
 
     /// The global chunk index of lane `lane`'s `n`-th chunk with `lanes` lanes.
     pub fn deal(&self, lane: Lane, lanes: u32, n: u64) -> u64 {
-        let perm = Permutation::new(lanes as u64, RngKey::new(self.config.seed, "chunk-deal").with(n));
-        n * lanes as u64 + perm.apply(lane.0 as u64)
+        zephon_core::deal_chunk(self.config.seed, lane, lanes, n)
     }
 
     /// Draws of each dataset among the first `p` positions (closed form).

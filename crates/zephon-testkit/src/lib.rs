@@ -10,9 +10,11 @@
 
 #![allow(missing_docs)]
 
+mod images;
 mod ranks;
 
-pub use ranks::{RankLog, rank_process, spawn_ranks};
+pub use images::{IMAGE, ImageTokenize, Split, image_corpus, images_of, span_len};
+pub use ranks::{rank_process, spawn_ranks};
 
 use std::collections::VecDeque;
 use std::path::Path;

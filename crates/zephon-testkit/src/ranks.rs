@@ -1,15 +1,11 @@
 //! Ranks as separate OS processes: the test binary re-runs itself, once per rank, with
 //! `RANK`/`WORLD_SIZE` set (as torchrun does); each rank logs its lanes' digests as TSV.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use zephon_core::*;
-
-/// What a rank process logged: per step, lane → digest.
-pub type RankLog = BTreeMap<u64, BTreeMap<u32, Digest>>;
 
 /// The body of a rank process: does nothing (returns `false`) unless started by
 /// [`spawn_ranks`]; otherwise runs steps `from..to` of `spec` at the environment's rank,
@@ -28,8 +24,8 @@ pub fn rank_process(spec: impl Fn() -> RunSpec, lanes: u32, rows: u32, opts: Exe
     let mut out = String::new();
     while engine.position().0 < to {
         let step = engine.next_step().unwrap().expect("the data lasts for the test's steps");
-        for (lane, d) in step.lane_digests() {
-            out.push_str(&format!("{}\t{}\t{}\n", step.step().0, lane.0, d));
+        for (lane, digest) in step.lane_digests() {
+            out.push_str(&format!("{}\n", HashLogLine { step: step.step(), lane, digest }));
         }
     }
     fs::write(log, out).unwrap();
@@ -76,22 +72,9 @@ pub fn spawn_ranks(
     for mut c in children {
         assert!(c.wait().unwrap().success(), "a rank process failed");
     }
-    let mut by_step = RankLog::new();
-    for log in logs {
-        for line in fs::read_to_string(log).unwrap().lines() {
-            let f: Vec<&str> = line.split('\t').collect();
-            let prev = by_step
-                .entry(f[0].parse().unwrap())
-                .or_default()
-                .insert(f[1].parse().unwrap(), Digest::from_hex(f[2]).unwrap());
-            assert!(prev.is_none(), "two ranks logged the same lane");
-        }
+    let mut log = HashLog::new();
+    for path in logs {
+        log.add_text(&fs::read_to_string(path).unwrap()).unwrap();
     }
-    by_step
-        .into_values()
-        .map(|lanes_of_step| {
-            assert_eq!(lanes_of_step.len(), lanes as usize, "every lane logged once per step");
-            step_fingerprint(lanes_of_step.values())
-        })
-        .collect()
+    log.fingerprints(lanes).unwrap().into_values().collect()
 }

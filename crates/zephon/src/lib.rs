@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+mod assembled;
 mod error;
 mod loader;
 mod mixture;

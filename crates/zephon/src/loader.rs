@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use zephon_core::{Engine, LocalStep, Step, Topology};
 use zephon_mix::TokenEstimate;
 
+use crate::assembled::Assembled;
 use crate::error::Result;
-use crate::pipeline::Assembled;
 
 /// This rank's view of a running pipeline: local steps in order, each a slice of a global
 /// step that is the same at every world size.

@@ -1,6 +1,5 @@
 //! The builder DSL: a mixture, then operators, then `build` at a topology.
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,6 +9,7 @@ use zephon_core::{
 use zephon_mix::{EnsureMixture, MixtureSource, Shuffle, TokenEstimate, weights_for_token_shares};
 use zephon_pack::Pack;
 
+use crate::assembled::Assembled;
 use crate::error::{Error, Result};
 use crate::loader::Loader;
 use crate::mixture::{Amount, Mixture};
@@ -295,6 +295,7 @@ impl Pipeline {
 }
 
 /// `ZEPHON_CACHE`, else `$XDG_CACHE_HOME/zephon`, else `~/.cache/zephon`; `estimates/` in it.
+#[cfg(feature = "text")]
 fn estimate_cache_dir() -> std::path::PathBuf {
     let base = std::env::var_os("ZEPHON_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|| {
         std::env::var_os("XDG_CACHE_HOME")
@@ -303,69 +304,4 @@ fn estimate_cache_dir() -> std::path::PathBuf {
             .unwrap_or_else(std::env::temp_dir)
     });
     base.join("estimates")
-}
-
-/// A pipeline with its data opened and its weights planned.
-pub(crate) struct Assembled {
-    pub spec: RunSpec,
-    pub estimates: Option<Vec<TokenEstimate>>,
-    pub weights: Vec<f64>,
-    pub shares: Option<Vec<f64>>,
-}
-
-impl Assembled {
-    pub fn describe(&self, topology: &Topology, exec: &ExecOptions) -> String {
-        let mut s = String::new();
-        let _ = writeln!(s, "datasets:");
-        let sum: f64 = self.weights.iter().sum();
-        for (i, m) in self.spec.datasets.manifests().iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "  [{i}] {:<12} {} shard(s), {} rows, {:.1} MB, sample weight {:.4}{}",
-                m.name,
-                m.shards.len(),
-                m.rows(),
-                m.bytes() as f64 / 1e6,
-                self.weights[i] / sum,
-                self.shares
-                    .as_ref()
-                    .map_or(String::new(), |sh| format!(", token share {:.3}", sh[i] / sh.iter().sum::<f64>()))
-            );
-            if let Some(e) = self.estimates.as_ref().and_then(|e| e.get(i)) {
-                let _ = writeln!(
-                    s,
-                    "       estimate: {:.1} bytes/row × {:.4} tokens/byte = {:.1} tokens/row ({} rows measured, {} windows tokenized)",
-                    e.bytes_per_row,
-                    e.tokens_per_byte,
-                    e.tokens_per_row(),
-                    e.rows_measured,
-                    e.rows_tokenized
-                );
-            }
-        }
-        let _ = writeln!(s, "work source: {}", self.spec.source.describe());
-        let _ = writeln!(
-            s,
-            "topology: {} lanes, {} rows per global step ({} per lane), world size {}, rank {} (lanes {:?})",
-            topology.lanes(),
-            topology.global_rows(),
-            topology.rows_per_lane(),
-            topology.world_size(),
-            topology.rank(),
-            topology.owned_range()
-        );
-        let _ = writeln!(s, "operators:");
-        s.push_str(&self.spec.operators.explain());
-        let _ = writeln!(
-            s,
-            "execution: {} worker threads, prefetch {} steps per lane, units of {} samples, snapshots every {} steps",
-            exec.threads, exec.prefetch_steps, exec.unit_samples, exec.snapshot_every
-        );
-        let _ = writeln!(
-            s,
-            "policies: bad records {:?}, tail {:?}, seed {}",
-            self.spec.bad_records, self.spec.tail, self.spec.seed
-        );
-        s
-    }
 }

@@ -376,7 +376,15 @@ impl Spec {
 
         let seq_len = self.pack.as_ref().map(|p| p.seq_len);
         if let Some(t) = &self.tokenize {
-            p = p.tokenize(self.tokenize_op(t, seq_len)?);
+            #[cfg(feature = "text")]
+            {
+                p = p.tokenize(self.tokenize_op(t, seq_len)?);
+            }
+            #[cfg(not(feature = "text"))]
+            {
+                let _ = (t, seq_len);
+                return Err(Error::Build("this build has no `text` feature: [tokenize] is unavailable".into()));
+            }
         }
         if let Some(e) = &self.ensure_mixture {
             p = p.ensure_mixture(e.slack_tokens.unwrap_or(4096), e.hold.unwrap_or(256));
@@ -443,10 +451,5 @@ impl Spec {
             }
         };
         Ok(op.long_documents(policy)?)
-    }
-
-    #[cfg(not(feature = "text"))]
-    fn tokenize_op(&self, _: &TokenizeSpec, _: Option<usize>) -> Result<()> {
-        Err(Error::Build("this build has no `text` feature: [tokenize] is unavailable".into()))
     }
 }

@@ -1,5 +1,6 @@
 //! zephon-pack's integration tests, one binary.
 
+mod attachments;
 mod common;
 mod engine;
 mod fill;
