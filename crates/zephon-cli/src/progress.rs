@@ -25,11 +25,12 @@ impl Progress {
         Progress(Some(bar))
     }
 
-    pub fn step(&self, next_step: u64, tokens: u64, secs: f64) {
+    pub fn step(&self, next_step: u64, tokens: u64, skipped: u64, secs: f64) {
         if let Some(bar) = &self.0 {
             bar.inc(1);
+            let skipped = if skipped > 0 { format!(", {skipped} bad records skipped") } else { String::new() };
             bar.set_message(format!(
-                "{next_step}, {:.1} M tokens, {:.0} tokens/s",
+                "{next_step}, {:.1} M tokens, {:.0} tokens/s{skipped}",
                 tokens as f64 / 1e6,
                 tokens as f64 / secs.max(1e-9)
             ));

@@ -62,14 +62,21 @@ pub struct RunReport {
     pub peak_rss_bytes: u64,
     pub checkpoint_bytes: u64,
     pub skipped_records: u64,
+    /// What was left out, per dataset and why.
+    #[serde(default)]
+    pub data: zephon::DataReport,
 }
 
-/// The topology from flags, else from the launcher's environment.
+/// The topology from flags, else from the launcher's environment (saying on stderr when no
+/// launcher variable is set and the process runs as rank 0 of 1).
 pub fn topology(spec: &Spec, world_size: Option<u32>, rank: Option<u32>) -> Result<Topology, CliError> {
     let (w, r) = match (world_size, rank) {
         (Some(w), Some(r)) => (w, r),
         (None, None) => {
             let env = RankEnv::detect(|k| std::env::var(k).ok()).map_err(zephon::Error::from)?;
+            if env.launcher.is_none() {
+                eprintln!("zephon: {}", RankEnv::NONE_SET);
+            }
             (env.world_size, env.rank)
         }
         _ => {
@@ -81,46 +88,14 @@ pub fn topology(spec: &Spec, world_size: Option<u32>, rank: Option<u32>) -> Resu
     Ok(spec.topology(w, r)?)
 }
 
-/// The checkpoint directory to resume from: `dir` itself if it holds checkpoint files,
-/// else its newest `step-*` folder whose files hold every lane.
+/// The checkpoint directory to resume from (see `checkpoint::resolve`); passed-over newer
+/// folders are said on stderr.
 pub fn resolve_checkpoint(dir: &Path, lanes: u32) -> Result<PathBuf, CliError> {
-    let holds_files = |d: &Path| {
-        fs::read_dir(d)
-            .map(|it| it.flatten().any(|e| e.path().extension().is_some_and(|x| x == checkpoint::EXTENSION)))
-            .unwrap_or(false)
-    };
-    if holds_files(dir) {
-        return Ok(dir.to_path_buf());
+    let found = checkpoint::resolve(dir, lanes).map_err(zephon::Error::from)?;
+    for note in &found.passed_over {
+        eprintln!("zephon: resuming from {}: {note}", found.dir.display());
     }
-    let mut steps: Vec<PathBuf> = fs::read_dir(dir)
-        .map_err(|e| CliError::Usage(format!("--resume-from {}: {e}", dir.display())))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
-        .collect();
-    steps.sort();
-    for d in steps.iter().rev() {
-        let mut covered = vec![false; lanes as usize];
-        for f in fs::read_dir(d).into_iter().flatten().flatten() {
-            let p = f.path();
-            if p.extension().is_some_and(|x| x == checkpoint::EXTENSION)
-                && let Ok(s) = fs::read(&p).map_err(|_| ()).and_then(|b| checkpoint::inspect(&p, &b).map_err(|_| ()))
-            {
-                for l in s.lanes {
-                    if let Some(c) = covered.get_mut(l.index()) {
-                        *c = true;
-                    }
-                }
-            }
-        }
-        if covered.iter().all(|&c| c) {
-            return Ok(d.clone());
-        }
-    }
-    Err(CliError::Usage(format!(
-        "--resume-from {}: no checkpoint with every lane (no step-* folder is complete)",
-        dir.display()
-    )))
+    Ok(found.dir)
 }
 
 /// Non-pad tokens of a step (rows made by the packer carry `num_tokens`).
@@ -232,11 +207,20 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
                 loader.checkpoint(&d)?;
                 report.checkpoint_bytes = dir_bytes(&d);
             }
-            progress.step(next, report.tokens, start.elapsed().as_secs_f64());
+            progress.step(next, report.tokens, loader.skipped(), start.elapsed().as_secs_f64());
         }
         Ok(())
     })();
     progress.finish();
+    let result = result.and_then(|()| {
+        if report.steps == 0 && loader.skipped() > 0 {
+            return Err(CliError::Usage(format!(
+                "no step was delivered: every record read was bad and skipped ({})",
+                loader.report().lines().join("; ")
+            )));
+        }
+        Ok(())
+    });
     if let Err(e) = result {
         if let Some(p) = &partial {
             drop(log);
@@ -259,6 +243,11 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     }
     report.peak_rss_bytes = peak_rss();
     report.skipped_records = loader.skipped();
+    report.data = loader.report();
+    // Said whatever the verbosity: data left out of training is never silent.
+    for line in report.data.lines() {
+        eprintln!("zephon: {line}");
+    }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).unwrap_or_default();
         fs::write(path, json).map_err(|e| CliError::Io(path.clone(), e))?;

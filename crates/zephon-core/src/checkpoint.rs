@@ -52,14 +52,54 @@ pub struct LaneState {
     pub cursor: Cursor,
     /// Rows the lane has emitted so far (delivered in steps or pending).
     pub rows_emitted: u64,
-    /// Records skipped under the skip policy so far.
-    pub skipped: u64,
+    /// Records skipped under the skip policy so far, by dataset.
+    pub skips: Skips,
     /// Whether the lane's input has ended and its accumulators are flushed.
     pub finished: bool,
     /// One state per accumulator stage, in pipeline order.
     pub accumulators: Vec<AccumulatorState>,
     /// Rows emitted after the checkpoint's step but before the state was taken, by lineage.
     pub pending: Vec<Lineage>,
+}
+
+/// Records skipped under the skip policy, by dataset index: how many, and why the first was.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skips(pub BTreeMap<u32, SkipTally>);
+
+/// The skips of one dataset.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkipTally {
+    /// Records skipped.
+    pub count: u64,
+    /// The error of the first one (sample and message), as an example of why.
+    pub first: String,
+}
+
+impl Skips {
+    /// Records skipped over all datasets.
+    pub fn total(&self) -> u64 {
+        self.0.values().map(|t| t.count).sum()
+    }
+
+    /// Counts one skip of `dataset` for `reason`.
+    pub fn add(&mut self, dataset: u32, reason: impl FnOnce() -> String) {
+        let t = self.0.entry(dataset).or_default();
+        if t.count == 0 {
+            t.first = reason();
+        }
+        t.count += 1;
+    }
+
+    /// Adds another tally to this one (counts summed; the first reason kept where there is one).
+    pub fn merge(&mut self, other: &Skips) {
+        for (d, t) in &other.0 {
+            let mine = self.0.entry(*d).or_default();
+            if mine.count == 0 {
+                mine.first = t.first.clone();
+            }
+            mine.count += t.count;
+        }
+    }
 }
 
 /// The identity of a run, part by part, so a mismatch can say what changed.
@@ -107,19 +147,111 @@ pub fn write(
     bytes.extend_from_slice(&json);
 
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    remove_stale_temporaries(dir);
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let write_tmp = || -> std::io::Result<()> {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(&bytes)?;
         f.sync_all()
     };
-    write_tmp().map_err(|e| Error::io(&tmp, e))?;
-    fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-    // Make the rename itself durable.
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
+    write_tmp().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(&tmp, e)
+    })?;
+    fs::rename(&tmp, &path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(&path, e)
+    })?;
+    // Make the rename itself durable: a checkpoint reported written must survive a crash.
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))?;
     Ok(path)
+}
+
+/// Removes temporaries (`.NAME.tmp.PID`) that a killed writer left in `dir`: those whose
+/// process no longer runs. Best effort: a file that cannot be removed only costs disk.
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.strip_prefix('.').and_then(|n| n.rsplit_once(&format!(".{EXTENSION}.tmp."))).map(|(_, p)| p);
+        let running = |pid: &str| pid == std::process::id().to_string() || Path::new("/proc").join(pid).exists();
+        if let Some(pid) = pid
+            && pid.parse::<u32>().is_ok()
+            && !running(pid)
+        {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// A checkpoint to resume from, found under a root of `step-*` folders.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The folder whose files to restore.
+    pub dir: PathBuf,
+    /// Newer folders passed over, and why (incomplete: a rank had not written its file).
+    pub passed_over: Vec<String>,
+}
+
+/// The checkpoint to resume from under `root`: `root` itself if it holds checkpoint files,
+/// else its newest `step-*` folder whose files hold all `lanes` lanes.
+///
+/// Every rank reads the same folders and decides the same way. A newer folder with missing
+/// lanes (some rank had not written yet) is passed over, and said so in
+/// [`Resolved::passed_over`]; a newer folder with a file that is corrupt or unreadable is an
+/// error, never silently passed over, because it may hold lanes no older folder can replace
+/// consistently.
+pub fn resolve(root: &Path, lanes: u32) -> Result<Resolved> {
+    let is_ckpt = |p: &Path| {
+        p.extension().is_some_and(|x| x == EXTENSION) && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+    };
+    let files = |d: &Path| -> Result<Vec<PathBuf>> {
+        let mut v: Vec<PathBuf> =
+            fs::read_dir(d).map_err(|e| Error::io(d, e))?.flatten().map(|e| e.path()).filter(|p| is_ckpt(p)).collect();
+        v.sort();
+        Ok(v)
+    };
+    if !files(root)?.is_empty() {
+        return Ok(Resolved { dir: root.to_path_buf(), passed_over: Vec::new() });
+    }
+    let mut steps: Vec<PathBuf> = fs::read_dir(root)
+        .map_err(|e| Error::io(root, e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+        .collect();
+    steps.sort();
+    let mut passed_over = Vec::new();
+    for d in steps.iter().rev() {
+        let mut covered = vec![false; lanes as usize];
+        for p in files(d)? {
+            let summary = fs::read(&p).map_err(|e| Error::io(&p, e)).and_then(|b| inspect(&p, &b)).map_err(|e| {
+                Error::CheckpointMismatch {
+                    dir: d.clone(),
+                    message: format!(
+                        "{e}; refusing to fall back to an older checkpoint without a word (remove {} to resume from \
+                         the one before it)",
+                        d.display()
+                    ),
+                }
+            })?;
+            for l in summary.lanes {
+                if let Some(c) = covered.get_mut(l.index()) {
+                    *c = true;
+                }
+            }
+        }
+        let missing: Vec<String> =
+            covered.iter().enumerate().filter(|(_, c)| !**c).map(|(i, _)| i.to_string()).collect();
+        if missing.is_empty() {
+            return Ok(Resolved { dir: d.clone(), passed_over });
+        }
+        passed_over.push(format!("{} is incomplete (no file holds lane(s) {})", d.display(), missing.join(", ")));
+    }
+    Err(Error::CheckpointMismatch {
+        dir: root.to_path_buf(),
+        message: format!("no checkpoint files, and no step-* folder holds all {lanes} lanes"),
+    })
 }
 
 /// Parses one checkpoint file, checking magic, version, length and checksum.
@@ -218,8 +350,9 @@ pub struct Loaded {
 /// the checkpoint belongs to this run.
 ///
 /// Fails when a lane is missing, two files disagree about a lane, the files are at different
-/// steps, or any part of the fingerprint differs (the error names the parts).
-pub fn load(dir: &Path, fingerprint: &RunFingerprint, wanted: &[Lane]) -> Result<Loaded> {
+/// steps, or any part of the fingerprint differs (the error names the parts; with `notes`,
+/// the run's shard listings, a changed dataset names its changed shards).
+pub fn load(dir: &Path, fingerprint: &RunFingerprint, notes: &BTreeMap<String, String>, wanted: &[Lane]) -> Result<Loaded> {
     let mismatch = |m: String| Error::CheckpointMismatch { dir: dir.to_path_buf(), message: m };
     let entries = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut files: Vec<PathBuf> = Vec::new();
@@ -239,7 +372,7 @@ pub fn load(dir: &Path, fingerprint: &RunFingerprint, wanted: &[Lane]) -> Result
     let mut found: BTreeMap<Lane, (LaneState, PathBuf)> = BTreeMap::new();
     for path in files {
         let body = read_file(&path)?;
-        let diffs = fingerprint_diff(&body.fingerprint, fingerprint);
+        let diffs = fingerprint_diff(&body.fingerprint, fingerprint, &body.metadata, notes);
         if !diffs.is_empty() {
             return Err(mismatch(format!("{} was written by a different run: {}", path.display(), diffs.join("; "))));
         }
@@ -277,13 +410,70 @@ pub fn load(dir: &Path, fingerprint: &RunFingerprint, wanted: &[Lane]) -> Result
     Ok(Loaded { next_step: step.map(|s| s.0).unwrap_or(0), lanes })
 }
 
-fn fingerprint_diff(saved: &RunFingerprint, now: &RunFingerprint) -> Vec<String> {
+/// What differs between a saved fingerprint and the run's, part by part: for a dataset, its
+/// changed shards (from the notes); for an operator, its first changed setting.
+fn fingerprint_diff(
+    saved: &RunFingerprint,
+    now: &RunFingerprint,
+    saved_notes: &BTreeMap<String, String>,
+    now_notes: &BTreeMap<String, String>,
+) -> Vec<String> {
     let keys: std::collections::BTreeSet<&String> = saved.keys().chain(now.keys()).collect();
     keys.into_iter()
         .filter(|k| saved.get(*k) != now.get(*k))
         .map(|k| {
-            let show = |v: Option<&String>| v.map_or("(absent)".to_string(), |v| v.chars().take(80).collect());
-            format!("{k} was {} and is now {}", show(saved.get(k)), show(now.get(k)))
+            let shards = k.strip_prefix("dataset ").map(|name| format!("shards {name}"));
+            if let Some((was, is)) = shards.and_then(|n| Some((saved_notes.get(&n)?, now_notes.get(&n)?))) {
+                return format!("{k} changed: {}", shard_diff(was, is));
+            }
+            match (saved.get(k), now.get(k)) {
+                (Some(was), Some(is)) => {
+                    let (was, is) = first_difference(was, is);
+                    format!("{k} was {was} and is now {is}")
+                }
+                (was, is) => {
+                    format!("{k} was {} and is now {}", show(was.map_or("(absent)", |v| v)), show(is.map_or("(absent)", |v| v)))
+                }
+            }
         })
         .collect()
+}
+
+fn show(v: &str) -> String {
+    const MAX: usize = 100;
+    if v.chars().count() <= MAX { v.to_string() } else { format!("{}…", v.chars().take(MAX).collect::<String>()) }
+}
+
+/// The first differing `key=value` word of two settings lines (the whole lines when they have
+/// none in common).
+fn first_difference(was: &str, is: &str) -> (String, String) {
+    let (a, b): (Vec<&str>, Vec<&str>) = (was.split(' ').collect(), is.split(' ').collect());
+    if a.len() == b.len() && a.len() > 1 {
+        if let Some((x, y)) = a.iter().zip(&b).find(|(x, y)| x != y) {
+            return (show(x), show(y));
+        }
+    }
+    (show(was), show(is))
+}
+
+/// Which shards differ between two shard listings (one line per shard).
+fn shard_diff(was: &str, is: &str) -> String {
+    let (a, b): (Vec<&str>, Vec<&str>) = (was.lines().collect(), is.lines().collect());
+    let mut out = Vec::new();
+    if a.len() != b.len() {
+        out.push(format!("{} shards, now {}", a.len(), b.len()));
+    }
+    let changed: Vec<String> = a
+        .iter()
+        .zip(&b)
+        .enumerate()
+        .filter(|(_, (x, y))| x != y)
+        .map(|(i, (x, y))| format!("shard {i} was {x}, now {y}"))
+        .collect();
+    let n = changed.len();
+    out.extend(changed.into_iter().take(3));
+    if n > 3 {
+        out.push(format!("and {} more changed shards", n - 3));
+    }
+    out.join("; ")
 }

@@ -32,6 +32,23 @@ pub enum Error {
         message: String,
     },
 
+    /// A dataset gave a lane nothing but bad records for longer than it has rows: under the
+    /// skip policy the run would spin without delivering anything.
+    #[error(
+        "dataset {dataset}: {lane} skipped {count} bad records of it in a row and none was good; \
+         is every row bad? The first: {first}"
+    )]
+    AllBad {
+        /// Dataset name.
+        dataset: String,
+        /// The lane that noticed.
+        lane: Lane,
+        /// Bad records in a row.
+        count: u64,
+        /// The first skip's error.
+        first: String,
+    },
+
     /// The work source failed (a chunk could not be computed).
     #[error("work source, {lane}: {message}")]
     Source {

@@ -50,11 +50,29 @@ impl DatasetManifest {
         self.shards.iter().map(|s| s.bytes).sum()
     }
 
-    /// A digest that changes when any shard's content, order or count changes.
+    /// A digest of the dataset's name and every shard's file name, rows, bytes and content
+    /// version, in order: it changes when any shard's content, order or count changes, and not
+    /// when the data is mounted elsewhere (the folder a shard sits in is not part of it).
     pub fn fingerprint(&self) -> Digest {
-        // Serializing a plain struct of strings and integers cannot fail.
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        Digest::of(&json)
+        Digest::of(format!("{}\n{}", self.name, self.shard_listing()).as_bytes())
+    }
+
+    /// One line per shard: file name, rows, bytes, content version. What a checkpoint keeps
+    /// to say which shard changed.
+    pub fn shard_listing(&self) -> String {
+        self.shards.iter().map(ShardManifest::describe).collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl ShardManifest {
+    /// The shard's file name, without the folder it sits in.
+    pub fn file_name(&self) -> &str {
+        self.path.rsplit(['/', '\\']).next().unwrap_or(&self.path)
+    }
+
+    /// `file rows bytes version`, the shard's identity without its location.
+    pub fn describe(&self) -> String {
+        format!("{} rows={} bytes={} {}", self.file_name(), self.rows, self.bytes, self.version)
     }
 }
 

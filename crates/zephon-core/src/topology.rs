@@ -48,9 +48,14 @@ impl Topology {
     }
 
     /// A topology whose rank and world size come from the launcher's environment
-    /// (see [`RankEnv::detect`]).
+    /// (see [`RankEnv::detect`]). When no launcher variable is set the process runs as rank 0
+    /// of 1, owning every lane, and says so on stderr: under a launcher this library does not
+    /// know, every process would otherwise train on the same batches without a word.
     pub fn from_env(lanes: u32, global_rows: u32) -> Result<Self> {
         let env = RankEnv::detect(|k| std::env::var(k).ok())?;
+        if env.launcher.is_none() {
+            eprintln!("zephon: {}", RankEnv::NONE_SET);
+        }
         Topology::new(lanes, global_rows, env.world_size, env.rank)
     }
 
@@ -113,14 +118,33 @@ pub struct RankEnv {
     pub rank: u32,
     /// The number of processes.
     pub world_size: u32,
+    /// The variable that gave the rank (`RANK`, `SLURM_PROCID`, ...), or `None` when no
+    /// launcher variable was set and the process defaulted to rank 0 of 1.
+    pub launcher: Option<&'static str>,
 }
 
 impl RankEnv {
-    /// Reads `RANK`/`WORLD_SIZE` (torchrun), else `SLURM_PROCID`/`SLURM_NTASKS` (Slurm), else
-    /// rank 0 of 1. A pair given by half, or a value that is not a number, is an error rather
-    /// than a silent single-process run.
+    /// The pairs of variables read, in order: torchrun, Slurm, Open MPI, MPICH/Intel MPI
+    /// (PMI), PMIx.
+    pub const VARIABLES: [(&'static str, &'static str); 5] = [
+        ("RANK", "WORLD_SIZE"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "PMI_SIZE"),
+        ("PMIX_RANK", "PMIX_SIZE"),
+    ];
+
+    /// What is said when no launcher variable is set.
+    pub const NONE_SET: &'static str = "no rank variables (RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS, \
+        OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK/PMIX_SIZE) are set: running as rank 0 of 1, \
+        which owns every lane. Under a launcher, set them (or pass the world size and rank explicitly), else \
+        every process trains on the same batches.";
+
+    /// Reads the first pair of [`RankEnv::VARIABLES`] that is set, else rank 0 of 1 with
+    /// `launcher: None`. A pair given by half, or a value that is not a number, is an error
+    /// rather than a silent single-process run.
     pub fn detect(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        for (rank_key, world_key) in [("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")] {
+        for (rank_key, world_key) in Self::VARIABLES {
             match (var(rank_key), var(world_key)) {
                 (None, None) => continue,
                 (Some(r), Some(w)) => {
@@ -129,7 +153,11 @@ impl RankEnv {
                             Error::Topology(format!("environment variable {key}={v:?} is not a non-negative integer"))
                         })
                     };
-                    return Ok(RankEnv { rank: parse(rank_key, &r)?, world_size: parse(world_key, &w)? });
+                    return Ok(RankEnv {
+                        rank: parse(rank_key, &r)?,
+                        world_size: parse(world_key, &w)?,
+                        launcher: Some(rank_key),
+                    });
                 }
                 (Some(_), None) | (None, Some(_)) => {
                     return Err(Error::Topology(format!(
@@ -138,7 +166,7 @@ impl RankEnv {
                 }
             }
         }
-        Ok(RankEnv { rank: 0, world_size: 1 })
+        Ok(RankEnv { rank: 0, world_size: 1, launcher: None })
     }
 }
 
@@ -165,16 +193,25 @@ mod tests {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
         };
-        assert_eq!(RankEnv::detect(env(&[])).unwrap(), RankEnv { rank: 0, world_size: 1 });
+        assert_eq!(RankEnv::detect(env(&[])).unwrap(), RankEnv { rank: 0, world_size: 1, launcher: None });
         assert_eq!(
             RankEnv::detect(env(&[("RANK", "2"), ("WORLD_SIZE", "4"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]))
                 .unwrap(),
-            RankEnv { rank: 2, world_size: 4 }
+            RankEnv { rank: 2, world_size: 4, launcher: Some("RANK") }
         );
         assert_eq!(
             RankEnv::detect(env(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2")])).unwrap(),
-            RankEnv { rank: 1, world_size: 2 }
+            RankEnv { rank: 1, world_size: 2, launcher: Some("SLURM_PROCID") }
         );
+        assert_eq!(
+            RankEnv::detect(env(&[("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "8")])).unwrap(),
+            RankEnv { rank: 3, world_size: 8, launcher: Some("OMPI_COMM_WORLD_RANK") }
+        );
+        assert_eq!(
+            RankEnv::detect(env(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")])).unwrap(),
+            RankEnv { rank: 0, world_size: 2, launcher: Some("PMI_RANK") }
+        );
+        assert!(RankEnv::detect(env(&[("PMI_RANK", "1")])).is_err());
         assert!(RankEnv::detect(env(&[("RANK", "1")])).is_err());
         assert!(RankEnv::detect(env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).is_err());
     }

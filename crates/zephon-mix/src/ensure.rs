@@ -76,8 +76,8 @@ impl Operator for EnsureMixture {
             cfg: self.clone(),
             emitted: vec![0; self.shares.len()],
             held: VecDeque::new(),
-            dropped_docs: 0,
-            dropped_tokens: 0,
+            dropped_docs: vec![0; self.shares.len()],
+            dropped_tokens: vec![0; self.shares.len()],
         }))
     }
 }
@@ -87,8 +87,9 @@ struct Deficit {
     /// Tokens emitted per dataset.
     emitted: Vec<u64>,
     held: VecDeque<(usize, u64, Record)>,
-    dropped_docs: u64,
-    dropped_tokens: u64,
+    /// Per dataset: documents and tokens dropped because the hold queue overflowed.
+    dropped_docs: Vec<u64>,
+    dropped_tokens: Vec<u64>,
 }
 
 impl Deficit {
@@ -143,10 +144,10 @@ impl Accumulator for Deficit {
         } else {
             self.held.push_back((d, n, record));
             if self.held.len() > self.cfg.hold
-                && let Some((_, n, _)) = self.held.pop_front()
+                && let Some((d, n, _)) = self.held.pop_front()
             {
-                self.dropped_docs += 1;
-                self.dropped_tokens += n;
+                self.dropped_docs[d] += 1;
+                self.dropped_tokens[d] += n;
             }
         }
         Ok(())
@@ -160,25 +161,25 @@ impl Accumulator for Deficit {
         Ok(())
     }
 
+    /// `values` is the tokens emitted, the documents dropped and the tokens dropped, each one
+    /// number per dataset.
     fn export(&self) -> AccumulatorState {
-        let mut values = self.emitted.clone();
-        values.push(self.dropped_docs);
-        values.push(self.dropped_tokens);
+        let values = [&self.emitted, &self.dropped_docs, &self.dropped_tokens].into_iter().flatten().copied().collect();
         AccumulatorState { values, buffered: self.held.iter().map(|(_, _, r)| r.lineage().clone()).collect() }
     }
 
     fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
         let k = self.cfg.shares.len();
-        if state.values.len() != k + 2 {
+        if state.values.len() != 3 * k {
             return Err(OpError::Fatal(format!(
                 "ensure_mixture state has {} numbers, expected {}",
                 state.values.len(),
-                k + 2
+                3 * k
             )));
         }
         self.emitted = state.values[..k].to_vec();
-        self.dropped_docs = state.values[k];
-        self.dropped_tokens = state.values[k + 1];
+        self.dropped_docs = state.values[k..2 * k].to_vec();
+        self.dropped_tokens = state.values[2 * k..].to_vec();
         self.held.clear();
         for r in buffered {
             let (d, n) = self.measure(&r)?;
@@ -188,8 +189,13 @@ impl Accumulator for Deficit {
     }
 }
 
-/// Counts of what ensure_mixture dropped, from an exported state (for reports).
-pub fn dropped(state: &AccumulatorState) -> Option<(u64, u64)> {
+/// What ensure_mixture has emitted and dropped on one lane, per dataset, read from its exported
+/// state (for reports): `(tokens emitted, documents dropped, tokens dropped)` per dataset.
+pub fn dropped(state: &AccumulatorState) -> Option<Vec<(u64, u64, u64)>> {
     let v = &state.values;
-    (v.len() >= 2).then(|| (v[v.len() - 2], v[v.len() - 1]))
+    if v.is_empty() || !v.len().is_multiple_of(3) {
+        return None;
+    }
+    let k = v.len() / 3;
+    Some((0..k).map(|d| (v[d], v[k + d], v[2 * k + d])).collect())
 }

@@ -75,19 +75,27 @@ pub fn declared(manifest: &zephon_core::DatasetManifest, tokens_per_byte: f64) -
     }
 }
 
-/// Measures every dataset of `datasets`, reading field `text_field` and counting tokens with
+/// Measures every dataset of `datasets`, reading dataset i's text from field `text_fields[i]` and counting tokens with
 /// `count_tokens`. Rows that are bad records are left out of the sample.
 pub fn estimate(
     datasets: &Datasets,
-    text_field: &str,
+    text_fields: &[&str],
     count_tokens: &(dyn Fn(&str) -> std::result::Result<usize, String> + Sync),
     config: EstimateConfig,
 ) -> Result<Vec<TokenEstimate>> {
-    datasets
-        .manifests()
+    let manifests = datasets.manifests();
+    if text_fields.len() != manifests.len() {
+        return Err(Error::Config(format!(
+            "token estimation needs one text field per dataset: {} datasets, {} fields",
+            manifests.len(),
+            text_fields.len()
+        )));
+    }
+    manifests
         .iter()
+        .zip(text_fields)
         .enumerate()
-        .map(|(d, manifest)| estimate_one(datasets, d as u32, manifest, text_field, count_tokens, config))
+        .map(|(d, (manifest, field))| estimate_one(datasets, d as u32, manifest, field, count_tokens, config))
         .collect()
 }
 

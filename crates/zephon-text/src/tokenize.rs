@@ -24,11 +24,13 @@ pub enum LongDocuments {
 
 /// Tokenizes a text field into a `tokens` field (`Seq` of `u32`), adding BOS/EOS if set.
 ///
-/// The text field is removed (its bytes are no longer needed downstream); other fields stay.
+/// Each dataset may name its text field differently ([`Tokenize::dataset_fields`]); the text
+/// field is removed (its bytes are no longer needed downstream); other fields stay.
 #[derive(Clone, Debug)]
 pub struct Tokenize {
     tokenizer: Tokenizer,
     field: Field,
+    dataset_fields: Vec<Field>,
     output: Field,
     bos: Option<(String, u32)>,
     eos: Option<(String, u32)>,
@@ -41,6 +43,7 @@ impl Tokenize {
         Tokenize {
             tokenizer,
             field: Field::new("text"),
+            dataset_fields: Vec::new(),
             output: Field::new("tokens"),
             bos: None,
             eos: None,
@@ -48,11 +51,24 @@ impl Tokenize {
         }
     }
 
-    /// Reads the text from field `name`.
+    /// Reads the text from field `name` (of datasets without their own, see
+    /// [`Tokenize::dataset_fields`]).
     #[must_use]
     pub fn field(mut self, name: &str) -> Self {
         self.field = Field::new(name);
         self
+    }
+
+    /// The text field of each dataset, by dataset index (the order of the run's datasets).
+    #[must_use]
+    pub fn dataset_fields(mut self, names: &[&str]) -> Self {
+        self.dataset_fields = names.iter().map(|n| Field::new(n)).collect();
+        self
+    }
+
+    /// The text field of dataset `dataset`.
+    pub fn field_of(&self, dataset: u32) -> &Field {
+        self.dataset_fields.get(dataset as usize).unwrap_or(&self.field)
     }
 
     /// Prepends `token` to every document.
@@ -94,9 +110,10 @@ impl Operator for Tokenize {
 
     fn fingerprint(&self) -> String {
         format!(
-            "tokenizer_sha256={} field={} output={} bos={:?} eos={:?} long={:?}",
+            "tokenizer_sha256={} field={} dataset_fields={:?} output={} bos={:?} eos={:?} long={:?}",
             self.tokenizer.sha256(),
             self.field,
+            self.dataset_fields,
             self.output,
             self.bos,
             self.eos,
@@ -108,11 +125,15 @@ impl Operator for Tokenize {
         let special =
             |s: &Option<(String, u32)>| s.as_ref().map_or("none".to_string(), |(t, id)| format!("{t} ({id})"));
         format!(
-            "{} (sha256 {}…, {}), field {:?} → {:?}, BOS {}, EOS {}, long documents {:?}",
+            "{} (sha256 {}…, {}), field {} → {:?}, BOS {}, EOS {}, long documents {:?}",
             self.tokenizer.source(),
             &self.tokenizer.sha256()[..12],
             self.tokenizer.engine(),
-            self.field.as_str(),
+            if self.dataset_fields.is_empty() {
+                format!("{:?}", self.field.as_str())
+            } else {
+                format!("{:?} (by dataset)", self.dataset_fields)
+            },
             self.output.as_str(),
             special(&self.bos),
             special(&self.eos),
@@ -143,16 +164,19 @@ impl Tokenize {
     /// The ids live in one shared buffer: split pieces are views of it, so splitting costs
     /// nothing per piece beyond the piece's record.
     fn tokenize(&self, mut record: Record, need: Option<usize>, out: &mut Vec<Record>) -> Result<(), OpError> {
-        let text = match record.take(self.field.as_str()) {
-            Some(Value::Str(t)) => t,
-            Some(_) => return Err(OpError::Data(format!("field {:?} is not text", self.field.as_str()))),
-            None => return Err(OpError::Data(format!("no field {:?}", self.field.as_str()))),
-        };
         let sample = record
             .lineage()
             .as_single()
             .map(|f| f.sample)
             .ok_or_else(|| OpError::Fatal("tokenize expects records read from storage (one sample each)".into()))?;
+        let field = self.field_of(sample.dataset);
+        let text = match record.take(field.as_str()) {
+            Some(Value::Str(t)) => t,
+            Some(other) => {
+                return Err(OpError::Data(format!("field {:?} is {}, not text", field.as_str(), other.describe())));
+            }
+            None => return Err(OpError::Data(format!("no field {:?}", field.as_str()))),
+        };
         if record.attachments().iter().any(|a| a.span().is_none()) {
             return Err(OpError::Fatal(
                 "the record carries attachments with no place in the text; tokenize cannot place them".into(),

@@ -12,6 +12,8 @@ pub(crate) struct Assembled {
     pub estimates: Option<Vec<TokenEstimate>>,
     pub weights: Vec<f64>,
     pub shares: Option<Vec<f64>>,
+    /// Which accumulator stage is `ensure_mixture`, to report what it dropped.
+    pub ensure_stage: Option<usize>,
 }
 
 impl Assembled {

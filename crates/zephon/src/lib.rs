@@ -29,7 +29,7 @@ mod pipeline;
 mod spec;
 
 pub use error::{Error, Result};
-pub use loader::Loader;
+pub use loader::{DataReport, DatasetReport, Loader};
 pub use mixture::{Amount, Dataset, Mixture};
 pub use pipeline::{Pipeline, TOKEN_ESTIMATES};
 pub use spec::Spec;

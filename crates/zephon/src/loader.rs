@@ -8,6 +8,56 @@ use zephon_mix::TokenEstimate;
 use crate::assembled::Assembled;
 use crate::error::Result;
 
+/// What a rank's lanes left out, per dataset (see [`Loader::report`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DataReport {
+    /// One entry per dataset, in order.
+    pub datasets: Vec<DatasetReport>,
+}
+
+/// What was left out of one dataset.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DatasetReport {
+    /// The dataset.
+    pub name: String,
+    /// Records skipped as bad under `bad_records = "skip"`.
+    pub skipped: u64,
+    /// Why the first skipped record was bad (dataset, shard, row, operator and message).
+    pub first_skip: Option<String>,
+    /// Tokens `ensure_mixture` let through.
+    pub mixed_tokens: u64,
+    /// Documents `ensure_mixture` dropped because its hold queue overflowed (supply far off
+    /// the target shares).
+    pub dropped_documents: u64,
+    /// Their tokens.
+    pub dropped_tokens: u64,
+}
+
+impl DataReport {
+    /// Whether nothing was left out.
+    pub fn is_clean(&self) -> bool {
+        self.datasets.iter().all(|d| d.skipped == 0 && d.dropped_documents == 0)
+    }
+
+    /// One line per dataset that lost something, saying how much and why.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for d in &self.datasets {
+            if d.skipped > 0 {
+                let why = d.first_skip.as_deref().unwrap_or("?");
+                out.push(format!("dataset {}: {} bad records skipped (the first: {why})", d.name, d.skipped));
+            }
+            if d.dropped_documents > 0 {
+                out.push(format!(
+                    "dataset {}: ensure_mixture dropped {} documents ({} tokens) to hold the token shares",
+                    d.name, d.dropped_documents, d.dropped_tokens
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// This rank's view of a running pipeline: local steps in order, each a slice of a global
 /// step that is the same at every world size.
 pub struct Loader {
@@ -45,6 +95,37 @@ impl Loader {
     /// Records skipped under the skip policy so far on this rank.
     pub fn skipped(&self) -> u64 {
         self.engine.skipped()
+    }
+
+    /// What this rank's lanes left out so far, per dataset and why: records skipped as bad
+    /// (under the skip policy) and documents `ensure_mixture` dropped to hold the shares.
+    pub fn report(&self) -> DataReport {
+        let names = self.assembled.spec.datasets.names();
+        let skips = self.engine.skips();
+        let mut datasets: Vec<DatasetReport> = names
+            .iter()
+            .enumerate()
+            .map(|(d, name)| {
+                let tally = skips.0.get(&(d as u32));
+                DatasetReport {
+                    name: name.clone(),
+                    skipped: tally.map_or(0, |t| t.count),
+                    first_skip: tally.map(|t| t.first.clone()),
+                    ..DatasetReport::default()
+                }
+            })
+            .collect();
+        if let Some(k) = self.assembled.ensure_stage {
+            for lane in self.engine.lane_states() {
+                let per = lane.accumulators.get(k).and_then(zephon_mix::dropped).unwrap_or_default();
+                for (r, (emitted, docs, tokens)) in datasets.iter_mut().zip(per) {
+                    r.mixed_tokens += emitted;
+                    r.dropped_documents += docs;
+                    r.dropped_tokens += tokens;
+                }
+            }
+        }
+        DataReport { datasets }
     }
 
     /// The token estimates the mixture was planned with (measured, or from the checkpoint).

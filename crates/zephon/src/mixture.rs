@@ -140,4 +140,47 @@ impl Mixture {
             })
             .collect()
     }
+
+    /// Checks what no run can use: no datasets, duplicate names, amounts that are not finite
+    /// and positive, token shares that do not sum to 1 (they are never renormalised
+    /// silently), a mix of shares and weights, empty chunks or blocks.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.datasets.is_empty() {
+            return Err("the mixture has no datasets".into());
+        }
+        for (i, d) in self.datasets.iter().enumerate() {
+            if self.datasets[..i].iter().any(|e| e.name == d.name) {
+                return Err(format!("two datasets are called {:?}: names identify datasets in checkpoints", d.name));
+            }
+            match d.amount {
+                Amount::Share(s) if !(s.is_finite() && s > 0.0 && s <= 1.0) => {
+                    return Err(format!("dataset {}: share {s} must be in (0, 1]", d.name));
+                }
+                Amount::Weight(w) if !(w.is_finite() && w > 0.0) => {
+                    return Err(format!("dataset {}: weight {w} must be finite and positive", d.name));
+                }
+                _ => {}
+            }
+        }
+        let shares: Vec<f64> = self.datasets.iter().filter_map(|d| match d.amount {
+            Amount::Share(s) => Some(s),
+            Amount::Weight(_) => None,
+        }).collect();
+        if !shares.is_empty() && shares.len() != self.datasets.len() {
+            return Err("give every dataset a token share, or every dataset a sample weight".into());
+        }
+        let sum: f64 = shares.iter().sum();
+        if !shares.is_empty() && (sum - 1.0).abs() > 1e-6 {
+            return Err(format!(
+                "token shares sum to {sum}, not 1: give shares that add up to 1 (weights, unlike shares, are relative)"
+            ));
+        }
+        if self.config.chunk_size == 0 {
+            return Err("chunk_size must be at least 1".into());
+        }
+        if let zephon_mix::RowOrder::Blocks { size: 0 } = self.config.order.rows {
+            return Err("block_size must be at least 1".into());
+        }
+        Ok(())
+    }
 }

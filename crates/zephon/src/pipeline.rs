@@ -176,9 +176,7 @@ impl Pipeline {
     /// builds the core run spec.
     fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>) -> Result<Assembled> {
         let m = &self.mixture;
-        if m.datasets.is_empty() {
-            return Err(Error::Build("the mixture has no datasets".into()));
-        }
+        m.check().map_err(Error::Build)?;
         let opened = m
             .datasets
             .iter()
@@ -186,10 +184,6 @@ impl Pipeline {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let datasets = Datasets::new(opened);
         let shares = m.token_shares();
-        let mixed_kinds = shares.is_none() && m.datasets.iter().any(|d| matches!(d.amount, Amount::Share(_)));
-        if mixed_kinds {
-            return Err(Error::Build("give every dataset a token share, or every dataset a sample weight".into()));
-        }
         let mut metadata = std::collections::BTreeMap::new();
         let (weights, estimates) = match &shares {
             Some(shares) => {
@@ -219,10 +213,29 @@ impl Pipeline {
         config.seed = m.seed.unwrap_or(self.seed);
         let source = MixtureSource::new(&datasets.manifests(), &weights, config)?;
         let mut operators = Operators::new();
+        #[cfg(feature = "text")]
+        let vocab = self.stages.iter().find_map(|s| match s {
+            Stage::Tokenize(t) => Some(t.tokenizer().vocab_size()),
+            _ => None,
+        });
+        #[cfg(not(feature = "text"))]
+        let vocab: Option<usize> = None;
         for stage in &self.stages {
+            if let (Stage::Pack(p), Some(v)) = (stage, vocab)
+                && p.config().pad_id as usize >= v
+            {
+                return Err(Error::Build(format!(
+                    "pad_id {} is not a token of the tokenizer (its vocabulary has {v} ids)",
+                    p.config().pad_id
+                )));
+            }
             operators = operators.then_arc(match stage {
+                // Each dataset's own text field, as its reader yields it.
                 #[cfg(feature = "text")]
-                Stage::Tokenize(t) => Arc::new(t.clone()),
+                Stage::Tokenize(t) => {
+                    let fields = self.text_fields();
+                    Arc::new(t.clone().dataset_fields(&fields.iter().map(String::as_str).collect::<Vec<_>>()))
+                }
                 Stage::EnsureMixture { slack_tokens, hold } => {
                     let shares = shares.clone().ok_or_else(|| {
                         Error::Build("ensure_mixture needs token shares on the datasets (Dataset::share)".into())
@@ -243,7 +256,18 @@ impl Pipeline {
             tail: self.tail,
             metadata,
         };
-        Ok(Assembled { spec, estimates, weights, shares })
+        let ensure_stage = self
+            .stages
+            .iter()
+            .filter(|s| !is_map(s))
+            .position(|s| matches!(s, Stage::EnsureMixture { .. }));
+        Ok(Assembled { spec, estimates, weights, shares, ensure_stage })
+    }
+
+    /// The text field of each dataset, in order (`text` for a dataset without one).
+    #[cfg(feature = "text")]
+    fn text_fields(&self) -> Vec<String> {
+        self.mixture.datasets.iter().map(|d| d.options.fields.text.clone().unwrap_or_else(|| "text".into())).collect()
     }
 
     /// Measures tokens per row with the pipeline's tokenizer, or reuses the estimate cached for
@@ -258,7 +282,8 @@ impl Pipeline {
             });
             if let Some(t) = tokenize {
                 let tokenizer = t.tokenizer().clone();
-                let field = self.mixture.datasets[0].options.fields.text.clone().unwrap_or_else(|| "text".into());
+                let fields = self.text_fields();
+                let field_refs: Vec<&str> = fields.iter().map(String::as_str).collect();
                 let mut cfg = self.mixture.estimate;
                 cfg.seed = self.seed;
                 let key = {
@@ -267,7 +292,7 @@ impl Pipeline {
                     h.update(datasets.fingerprint().0);
                     h.update(tokenizer.sha256().as_bytes());
                     h.update(format!(
-                        "{field}|{}|{}|{}|{}",
+                        "{fields:?}|{}|{}|{}|{}",
                         cfg.length_rows, cfg.token_rows, cfg.max_token_bytes, cfg.seed
                     ));
                     hex::encode(&h.finalize()[..16])
@@ -278,7 +303,7 @@ impl Pipeline {
                 }
                 cfg.threads = self.exec.threads.max(1);
                 let count = move |s: &str| tokenizer.count(s);
-                let estimates = zephon_mix::estimate(datasets, &field, &count, cfg)?;
+                let estimates = zephon_mix::estimate(datasets, &field_refs, &count, cfg)?;
                 if let Ok(json) = serde_json::to_vec(&estimates) {
                     // A cache that cannot be written only costs a measurement next time.
                     let tmp = cache.with_extension(format!("tmp.{}", std::process::id()));
@@ -291,6 +316,16 @@ impl Pipeline {
         }
         let _ = datasets;
         Err(Error::Build("token shares need a tokenize step to estimate tokens per row (or use sample weights)".into()))
+    }
+}
+
+/// Whether a builder stage is only a stateless map (no accumulator stage in the plan).
+fn is_map(stage: &Stage) -> bool {
+    match stage {
+        #[cfg(feature = "text")]
+        Stage::Tokenize(_) => true,
+        Stage::Custom(op) => !op.kind().accumulates(),
+        Stage::EnsureMixture { .. } | Stage::Pack(_) | Stage::Shuffle(_) => false,
     }
 }
 

@@ -89,6 +89,9 @@ pub struct Spec {
     /// The directory relative paths are resolved against (the spec file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// What the spec is called in errors (its file).
+    #[serde(skip)]
+    pub file: String,
 }
 
 /// One `[[dataset]]`.
@@ -258,6 +261,7 @@ impl Spec {
         let mut spec: Spec =
             toml::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
         spec.base_dir = base_dir.to_path_buf();
+        spec.file = name.to_string();
         spec.check().map_err(|m| Error::Spec { path: name.to_string(), message: m })?;
         Ok(spec)
     }
@@ -277,6 +281,14 @@ impl Spec {
         }
         if self.datasets.iter().any(|d| d.share.is_some()) != self.datasets.iter().all(|d| d.share.is_some()) {
             return Err("give every dataset a `share`, or every dataset a `weight`".into());
+        }
+        if let Some(p) = &self.pack
+            && p.seq_len == 0
+        {
+            return Err("[pack] seq_len must be at least 1".into());
+        }
+        if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
+            return Err("[tokenize] max_tokens must be at least 1".into());
         }
         Topology::single(self.lanes, self.rows_per_step).map_err(|e| e.to_string())?;
         Ok(())
@@ -309,7 +321,7 @@ impl Spec {
 
     /// The pipeline the spec describes (opens nothing yet).
     pub fn pipeline(&self) -> Result<Pipeline> {
-        let bad = |m: String| Error::Spec { path: "spec".into(), message: m };
+        let bad = |m: String| Error::Spec { path: self.file.clone(), message: m };
         let mut mixture = Mixture::new();
         for d in &self.datasets {
             let mut ds = Dataset::new(&d.name, self.resolve(&d.path)).fields(Fields {
@@ -425,7 +437,8 @@ impl Spec {
     fn tokenize_op(&self, t: &TokenizeSpec, seq_len: Option<usize>) -> Result<zephon_text::Tokenize> {
         use zephon_text::{LongDocuments, Tokenize, Tokenizer};
         let tokenizer = Tokenizer::from_file(&self.resolve(&t.tokenizer))?;
-        let mut op = Tokenize::new(tokenizer).field(self.datasets[0].text_field.as_deref().unwrap_or("text"));
+        // Each dataset's own `text_field` is set by the pipeline when it opens the datasets.
+        let mut op = Tokenize::new(tokenizer);
         if let Some(b) = &t.bos {
             op = op.bos(b)?;
         }
@@ -439,13 +452,13 @@ impl Spec {
             (None, None) | (Some("keep"), _) => LongDocuments::Keep,
             (Some("split" | "truncate"), None) => {
                 return Err(Error::Spec {
-                    path: "spec".into(),
+                    path: self.file.clone(),
                     message: "[tokenize] long_documents needs max_tokens (or a [pack] section)".into(),
                 });
             }
             (Some(other), _) => {
                 return Err(Error::Spec {
-                    path: "spec".into(),
+                    path: self.file.clone(),
                     message: format!("[tokenize] long_documents = {other:?}: expected keep, split or truncate"),
                 });
             }

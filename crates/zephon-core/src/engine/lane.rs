@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::checkpoint::{Cursor, LaneState};
+use crate::checkpoint::{Cursor, LaneState, Skips};
 use crate::error::{Error, OpError, record_error};
 use crate::id::{Lane, Step};
 use crate::lineage::Lineage;
@@ -34,7 +34,7 @@ struct SnapshotCore {
     lane: Lane,
     cursor: Cursor,
     rows_emitted: u64,
-    skipped: u64,
+    skips: Skips,
     finished: bool,
     accumulators: Vec<AccumulatorState>,
     pending: Vec<Lineage>,
@@ -48,16 +48,16 @@ impl Snapshot {
             lane: c.lane,
             cursor: c.cursor,
             rows_emitted: c.rows_emitted,
-            skipped: c.skipped,
+            skips: c.skips.clone(),
             finished: c.finished,
             accumulators: c.accumulators.clone(),
             pending: c.pending.get(self.pending_from..).unwrap_or_default().to_vec(),
         }
     }
 
-    /// Records skipped so far under the skip policy.
-    pub fn skipped(&self) -> u64 {
-        self.core.skipped
+    /// Records skipped so far under the skip policy, by dataset.
+    pub fn skips(&self) -> &Skips {
+        &self.core.skips
     }
 }
 
@@ -72,8 +72,8 @@ pub(crate) enum UnitOutput {
         records: Vec<Record>,
         /// `ends[j]`: number of outputs of inputs `0..=j`.
         ends: Vec<usize>,
-        /// Inputs skipped under the skip policy.
-        skipped: Vec<bool>,
+        /// Each input's dataset, and why it was skipped under the skip policy (if it was).
+        inputs: Vec<(u32, Option<String>)>,
         /// A failure at input `.0`: inputs before it are good, the lane stops there.
         failure: Option<(usize, Error)>,
     },
@@ -102,7 +102,12 @@ pub(crate) struct LaneRun {
     snapshot_every: u64,
     cursor: Cursor,
     rows_emitted: u64,
-    skipped: u64,
+    skips: Skips,
+    /// Per dataset: bad records skipped in a row (reset by a good one), and the most that may
+    /// come in a row before the lane stops: a dataset whose rows are all bad would otherwise
+    /// make a repeating run spin forever, delivering nothing.
+    bad_in_a_row: Vec<u64>,
+    bad_limit: Arc<[u64]>,
     finished: bool,
     /// Rows of the step being filled.
     current: Vec<Record>,
@@ -123,6 +128,8 @@ pub(crate) struct LaneSetup {
     pub rows_per_step: usize,
     pub tail: Tail,
     pub snapshot_every: u64,
+    /// Per dataset, the most bad records a lane may skip in a row (see `LaneRun`).
+    pub bad_limit: Arc<[u64]>,
 }
 
 impl LaneRun {
@@ -139,7 +146,9 @@ impl LaneRun {
             snapshot_every: setup.snapshot_every,
             cursor: Cursor::default(),
             rows_emitted: 0,
-            skipped: 0,
+            skips: Skips::default(),
+            bad_in_a_row: vec![0; setup.bad_limit.len()],
+            bad_limit: setup.bad_limit,
             finished: false,
             current: Vec::new(),
             steps: VecDeque::new(),
@@ -155,7 +164,7 @@ impl LaneRun {
     pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Result<Self, Error> {
         let mut run = LaneRun::new(setup, next_step);
         run.cursor = state.cursor;
-        run.skipped = state.skipped;
+        run.skips = state.skips.clone();
         run.finished = state.finished;
         // A checkpoint is checksummed, not trusted: a crafted one could claim fewer rows than
         // it lists as pending.
@@ -212,7 +221,7 @@ impl LaneRun {
             lane: self.lane,
             cursor: self.cursor,
             rows_emitted: self.rows_emitted,
-            skipped: self.skipped,
+            skips: self.skips.clone(),
             finished: self.finished,
             accumulators,
             pending,
@@ -226,7 +235,7 @@ impl LaneRun {
             return;
         }
         match unit {
-            UnitOutput::Samples { chunk, start, chunk_len, records, ends, skipped, failure } => {
+            UnitOutput::Samples { chunk, start, chunk_len, records, ends, inputs, failure } => {
                 let mut records = records.into_iter();
                 let mut done = 0;
                 let good = failure.as_ref().map_or(ends.len(), |(j, _)| *j);
@@ -238,8 +247,10 @@ impl LaneRun {
                         }
                     }
                     done = ends[j];
-                    if skipped[j] {
-                        self.skipped += 1;
+                    let (dataset, skip) = &inputs[j];
+                    if let Err(e) = self.count_input(*dataset, skip.as_deref()) {
+                        self.error = Some(e);
+                        return;
                     }
                     let next = start + j as u64 + 1;
                     self.cursor = if next >= chunk_len {
@@ -327,6 +338,27 @@ impl LaneRun {
             self.forward(k, &mut out)?;
         }
         Ok(())
+    }
+
+    /// Counts one input of `dataset`: a skip (with its reason) or a good record. Fails when the
+    /// dataset's bad records in a row reach its limit.
+    fn count_input(&mut self, dataset: u32, skip: Option<&str>) -> Result<(), Error> {
+        let d = dataset as usize;
+        let Some(reason) = skip else {
+            if let Some(n) = self.bad_in_a_row.get_mut(d) {
+                *n = 0;
+            }
+            return Ok(());
+        };
+        self.skips.add(dataset, || reason.to_string());
+        let (Some(n), Some(&limit)) = (self.bad_in_a_row.get_mut(d), self.bad_limit.get(d)) else { return Ok(()) };
+        *n += 1;
+        if *n < limit {
+            return Ok(());
+        }
+        let name = self.names.get(d).cloned().unwrap_or_else(|| format!("#{d}"));
+        let first = self.skips.0.get(&dataset).map_or(String::new(), |t| t.first.clone());
+        Err(Error::AllBad { dataset: name, lane: self.lane, count: *n, first })
     }
 
     fn op_error(&self, op: &str, origin: Option<crate::id::SampleId>, e: OpError) -> Error {

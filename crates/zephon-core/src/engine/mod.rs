@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::checkpoint::{self, RunFingerprint};
+use crate::checkpoint::{self, LaneState, RunFingerprint, Skips};
 use crate::error::{Error, Result};
 use crate::id::{Lane, Step};
 use crate::operator::LaneContext;
@@ -68,7 +68,7 @@ impl Engine {
         let plan = Arc::new(Plan::new(spec.operators.clone()));
         let fingerprint = spec.fingerprint(&topology);
         let owned: Vec<Lane> = topology.owned_lanes().collect();
-        let loaded = checkpoint::load(dir, &fingerprint, &owned)?;
+        let loaded = checkpoint::load(dir, &fingerprint, &spec.notes(), &owned)?;
         let setups = lane_setups(&spec, &plan, &topology, &opts)?;
         let mismatch = |m: String| Error::CheckpointMismatch { dir: dir.to_path_buf(), message: m };
         for st in &loaded.lanes {
@@ -160,7 +160,9 @@ impl Engine {
                     .map_err(|e| Error::Config(format!("cannot start worker thread: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Engine { shared, workers, next_step, states: Some(states), fingerprint, metadata: spec.metadata })
+        let mut metadata = spec.notes();
+        metadata.extend(spec.metadata);
+        Ok(Engine { shared, workers, next_step, states: Some(states), fingerprint, metadata })
     }
 
     /// The topology this engine runs under.
@@ -185,7 +187,23 @@ impl Engine {
 
     /// Records skipped so far on this rank's lanes (as of the last delivered step).
     pub fn skipped(&self) -> u64 {
-        self.states.as_ref().map_or(0, |s| s.iter().map(Snapshot::skipped).sum())
+        self.skips().total()
+    }
+
+    /// Records skipped so far on this rank's lanes, by dataset, with the first reason (as of
+    /// the last delivered step).
+    pub fn skips(&self) -> Skips {
+        let mut all = Skips::default();
+        for s in self.states.iter().flatten() {
+            all.merge(s.skips());
+        }
+        all
+    }
+
+    /// This rank's lanes' states after the last delivered step (what a checkpoint would
+    /// hold), for reports: accumulator counters such as what `ensure_mixture` dropped.
+    pub fn lane_states(&self) -> Vec<LaneState> {
+        self.states.iter().flatten().map(Snapshot::state).collect()
     }
 
     /// Waits for and returns this rank's part of the next global step, or `None` when this
@@ -314,6 +332,9 @@ impl Drop for Engine {
 
 fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &ExecOptions) -> Result<Vec<LaneSetup>> {
     let names: Arc<[String]> = spec.datasets.names().into();
+    // More bad records in a row than the dataset has rows (and at least 1024) means a whole
+    // pass of it was bad: stop rather than spin.
+    let bad_limit: Arc<[u64]> = spec.datasets.manifests().iter().map(|m| m.rows().max(1024)).collect();
     topology
         .owned_lanes()
         .map(|lane| {
@@ -325,6 +346,7 @@ fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &Exe
                 rows_per_step: topology.rows_per_lane() as usize,
                 tail: spec.tail,
                 snapshot_every: opts.snapshot_every,
+                bad_limit: bad_limit.clone(),
             })
         })
         .collect()

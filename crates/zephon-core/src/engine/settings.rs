@@ -61,7 +61,9 @@ impl RunSpec {
         let mut f = RunFingerprint::new();
         f.insert("format".into(), checkpoint::FORMAT_VERSION.to_string());
         f.insert("row encoding".into(), crate::encoding::ENCODING_VERSION.to_string());
-        f.insert("pipeline".into(), self.operators.fingerprint().to_hex());
+        for (i, op) in self.operators.operators().iter().enumerate() {
+            f.insert(format!("operator {i} ({})", op.name()), format!("{:?} {}", op.kind(), op.fingerprint()));
+        }
         f.insert("work source".into(), Digest::of(self.source.fingerprint().as_bytes()).to_hex());
         f.insert("datasets".into(), self.datasets.names().join(", "));
         for m in self.datasets.manifests() {
@@ -73,6 +75,12 @@ impl RunSpec {
         f.insert("bad records".into(), format!("{:?}", self.bad_records));
         f.insert("tail".into(), format!("{:?}", self.tail));
         f
+    }
+
+    /// What a checkpoint keeps beside the fingerprint to explain a mismatch: every dataset's
+    /// shard listing (`shards <name>`), so that a changed dataset names the shard.
+    pub fn notes(&self) -> std::collections::BTreeMap<String, String> {
+        self.datasets.manifests().iter().map(|m| (format!("shards {}", m.name), m.shard_listing())).collect()
     }
 }
 

@@ -23,7 +23,7 @@ impl Shared {
                 let reads = self.datasets.read(ids);
                 let mut records = Vec::with_capacity(ids.len());
                 let mut ends = Vec::with_capacity(ids.len());
-                let mut skipped = Vec::with_capacity(ids.len());
+                let mut inputs = Vec::with_capacity(ids.len());
                 let mut failure = None;
                 for (j, (id, read)) in ids.iter().zip(reads).enumerate() {
                     let before = records.len();
@@ -32,10 +32,11 @@ impl Shared {
                         Err(e) => Err(("read", e)),
                     };
                     match res {
-                        Ok(()) => skipped.push(false),
-                        Err((_, OpError::Data(_))) if self.bad_records == BadRecords::Skip => {
+                        Ok(()) => inputs.push((id.dataset, None)),
+                        Err((op, OpError::Data(m))) if self.bad_records == BadRecords::Skip => {
                             records.truncate(before);
-                            skipped.push(true);
+                            let why = record_error(&self.names, *id, lane, op, m).to_string();
+                            inputs.push((id.dataset, Some(why)));
                         }
                         Err((op, e)) => {
                             records.truncate(before);
@@ -51,7 +52,7 @@ impl Shared {
                     chunk_len: chunk.samples.len() as u64,
                     records,
                     ends,
-                    skipped,
+                    inputs,
                     failure,
                 }
             }

@@ -1,0 +1,193 @@
+//! Nothing silent: settings that would change the data are refused or reported, checkpoints
+//! travel between mount points, and a dataset that yields nothing stops the run.
+
+use std::fs;
+use std::path::Path;
+
+use zephon::core::checkpoint;
+use zephon::{Spec, Topology};
+
+use crate::*;
+
+const PACK: &str = "\n[pack]\nalgorithm = \"wrap\"\nseq_len = 256\npad_id = 50256\n";
+
+/// Writes `rows` JSONL lines with the text in `field` into `dir/name.jsonl`.
+fn jsonl(dir: &Path, name: &str, field: &str, texts: &[String]) -> std::path::PathBuf {
+    let lines: Vec<String> = texts.iter().map(|t| serde_json::json!({ field: t }).to_string()).collect();
+    write(dir, &format!("{name}.jsonl"), &(lines.join("\n") + "\n"))
+}
+
+fn texts(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix} document number {i} says something about lanes and steps.")).collect()
+}
+
+/// A spec over two local JSONL files, the second with text in `content`.
+fn two_fields_spec(dir: &Path, extra: &str) -> String {
+    let a = jsonl(dir, "a", "text", &texts("alpha", 300));
+    let b = jsonl(dir, "b", "content", &texts("beta", 300));
+    let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+    format!(
+        r#"seed = 1
+lanes = 2
+rows_per_step = 4
+[[dataset]]
+name = "a"
+path = "{}"
+share = 0.5
+[[dataset]]
+name = "b"
+path = "{}"
+share = 0.5
+text_field = "content"
+[source]
+chunk_size = 8
+[tokenize]
+tokenizer = "{}"
+eos = "<|endoftext|>"
+{PACK}{extra}"#,
+        a.display(),
+        b.display(),
+        tok.display()
+    )
+}
+
+#[test]
+fn each_dataset_is_tokenized_from_its_own_text_field() {
+    let dir = tmp();
+    let spec = parse(&two_fields_spec(dir.path(), "[run]\nthreads = 1\n"));
+    let mut loader = spec.pipeline().unwrap().build(spec.topology(1, 0).unwrap()).unwrap();
+    let mut by_dataset = [0u64; 2];
+    for _ in 0..20 {
+        let step = loader.next_step().unwrap().unwrap();
+        for row in step.rows() {
+            for f in row.lineage().fragments() {
+                by_dataset[f.sample.dataset as usize] += f.len() as u64;
+            }
+        }
+    }
+    assert!(loader.report().is_clean(), "{:?}", loader.report());
+    let share = by_dataset[1] as f64 / (by_dataset[0] + by_dataset[1]) as f64;
+    assert!((0.4..0.6).contains(&share), "dataset b (text in `content`) gets its share: {by_dataset:?}");
+}
+
+#[test]
+fn shares_and_names_that_would_change_the_data_are_refused() {
+    let dir = tmp();
+    let base = two_fields_spec(dir.path(), "");
+    let cases = [
+        (base.replacen("share = 0.5", "share = -0.3", 1), "share -0.3 must be in (0, 1]"),
+        (base.replacen("share = 0.5", "share = 1.3", 1), "share 1.3 must be in (0, 1]"),
+        (base.replacen("share = 0.5", "share = nan", 1), "share NaN must be in (0, 1]"),
+        (base.replacen("share = 0.5", "share = 0.2", 1), "token shares sum to 0.7, not 1"),
+        (base.replacen("name = \"b\"", "name = \"a\"", 1), "two datasets are called \"a\""),
+        (base.replace("pad_id = 50256", "pad_id = 60000"), "pad_id 60000 is not a token of the tokenizer"),
+        (base.replace("[source]\nchunk_size = 8", "[source]\nchunk_size = 8\norder = \"blocks\"\nblock_size = 0"), "block_size must be at least 1"),
+    ];
+    for (text, want) in cases {
+        let e = Spec::parse(&text, "mix.toml", "/".as_ref()).and_then(|s| s.pipeline()?.explain(&s.topology(1, 0)?));
+        let e = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(want), "want {want:?}, got {e:?}");
+    }
+    let zero = base.replace("seq_len = 256", "seq_len = 0");
+    let e = Spec::parse(&zero, "mix.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("mix.toml") && e.contains("[pack] seq_len must be at least 1"), "{e}");
+    let algo = base.replace("algorithm = \"wrap\"", "algorithm = \"tight\"");
+    let e = parse_named(&algo, "mix.toml").pipeline().err().unwrap().to_string();
+    assert!(e.starts_with("spec mix.toml:"), "errors name the spec file, not the word `spec`: {e}");
+}
+
+fn parse_named(text: &str, name: &str) -> Spec {
+    Spec::parse(text, name, "/".as_ref()).unwrap()
+}
+
+#[test]
+fn a_checkpoint_restores_from_another_mount_point_and_a_changed_shard_is_named() {
+    let dir = tmp();
+    let (here, there) = (dir.path().join("here"), dir.path().join("there"));
+    fs::create_dir_all(&here).unwrap();
+    let text = two_fields_spec(&here, "");
+    let spec = parse_named(&text, "here/mix.toml");
+    let mut loader = spec.pipeline().unwrap().build(spec.topology(1, 0).unwrap()).unwrap();
+    for _ in 0..3 {
+        loader.next_step().unwrap();
+    }
+    let ckpt = dir.path().join("ckpt");
+    loader.checkpoint(&ckpt).unwrap();
+    let after: Vec<_> = (0..2).map(|_| loader.next_step().unwrap().unwrap().local_fingerprint()).collect();
+    // The same files, mounted elsewhere, written as `./sub/x.toml` would be.
+    fs::rename(&here, &there).unwrap();
+    let moved = parse_named(&text.replace(&here.display().to_string(), &format!("{}/./", there.display())), "x.toml");
+    let mut restored = moved.pipeline().unwrap().restore(moved.topology(2, 0).unwrap(), &ckpt).unwrap();
+    let mut other = moved.pipeline().unwrap().restore(moved.topology(2, 1).unwrap(), &ckpt).unwrap();
+    for want in after {
+        let a = restored.next_step().unwrap().unwrap();
+        let b = other.next_step().unwrap().unwrap();
+        let lanes: Vec<_> = a.lane_digests().chain(b.lane_digests()).map(|(_, d)| d).collect();
+        assert_eq!(zephon::step_fingerprint(&lanes), want);
+    }
+    // Change one byte of dataset b, keeping its size: the shard is named.
+    let b = there.join("b.jsonl");
+    let mut bytes = fs::read(&b).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] = if bytes[i] == b'x' { b'y' } else { b'x' };
+    fs::write(&b, bytes).unwrap();
+    let e = moved.pipeline().unwrap().restore(moved.topology(1, 0).unwrap(), &ckpt).err().unwrap().to_string();
+    assert!(e.contains("dataset b changed: shard 0 was b.jsonl"), "{e}");
+}
+
+#[test]
+fn resume_from_a_root_passes_over_an_incomplete_step_and_refuses_a_corrupt_one() {
+    let dir = tmp();
+    let spec = parse(&two_fields_spec(dir.path(), ""));
+    let root = dir.path().join("ckpt");
+    let mut ranks: Vec<_> =
+        (0..2).map(|r| spec.pipeline().unwrap().build(spec.topology(2, r).unwrap()).unwrap()).collect();
+    for step in 1..=3u64 {
+        for (r, l) in ranks.iter_mut().enumerate() {
+            l.next_step().unwrap();
+            // Rank 1 "crashed" before writing step 3.
+            if step < 3 || r == 0 {
+                l.checkpoint(&root.join(format!("step-{step:08}"))).unwrap();
+            }
+        }
+    }
+    let found = checkpoint::resolve(&root, spec.lanes).unwrap();
+    assert!(found.dir.ends_with("step-00000002"));
+    assert!(found.passed_over[0].contains("step-00000003 is incomplete (no file holds lane(s) 1)"), "{:?}", found.passed_over);
+    // A complete newer step with a corrupt file is never passed over silently.
+    let two = root.join("step-00000002");
+    let file = fs::read_dir(&two).unwrap().flatten().next().unwrap().path();
+    let mut bytes = fs::read(&file).unwrap();
+    let n = bytes.len();
+    bytes[n - 5] ^= 1;
+    fs::write(&file, bytes).unwrap();
+    let e = checkpoint::resolve(&root, spec.lanes).unwrap_err().to_string();
+    assert!(e.contains("checksum mismatch") && e.contains("refusing to fall back"), "{e}");
+}
+
+#[test]
+fn a_dataset_of_only_bad_records_stops_the_run_instead_of_spinning() {
+    let dir = tmp();
+    let bad: Vec<String> = (0..50).map(|i| format!("{{\"text\": {i}}}")).collect();
+    let path = write(dir.path(), "bad.jsonl", &(bad.join("\n") + "\n"));
+    let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+    let spec = |exhaustion: &str| {
+        parse(&format!(
+            "lanes = 2\nrows_per_step = 2\n[[dataset]]\nname = \"numbers\"\npath = \"{}\"\nweight = 1.0\n\
+             [source]\nexhaustion = \"{exhaustion}\"\n[tokenize]\ntokenizer = \"{}\"\n{PACK}[run]\nbad_records = \"skip\"\n",
+            path.display(),
+            tok.display()
+        ))
+    };
+    let s = spec("repeat");
+    let mut loader = s.pipeline().unwrap().build(Topology::single(2, 2).unwrap()).unwrap();
+    let e = loader.next_step().err().expect("every row is bad: an error, not a hang").to_string();
+    assert!(e.contains("dataset numbers") && e.contains("bad records of it in a row"), "{e}");
+    assert!(e.contains("row 0") || e.contains("row "), "the first bad row is named: {e}");
+    let s = spec("stop");
+    let mut loader = s.pipeline().unwrap().build(Topology::single(2, 2).unwrap()).unwrap();
+    assert!(loader.next_step().unwrap().is_none());
+    let report = loader.report();
+    assert_eq!(report.datasets[0].skipped, 50);
+    assert!(report.lines()[0].contains("dataset numbers: 50 bad records skipped"), "{:?}", report.lines());
+}
