@@ -59,7 +59,7 @@ fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<(f64, f64),
     let mut texts = Vec::new();
     for d in &spec.datasets {
         let ds = zephon::io::open(&d.name, &spec.resolve(&d.path), &Default::default()).map_err(zephon::Error::from)?;
-        let datasets = zephon::core::Datasets::new(vec![ds]);
+        let datasets = zephon::lane_core::Datasets::new(vec![ds]);
         let m = &datasets.manifests()[0];
         let (rows, bytes) = (m.rows().max(1), m.bytes().max(1));
         // Rows per sample so that about `budget` bytes are read, spread over all shards.

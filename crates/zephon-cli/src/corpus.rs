@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use zephon::core::RngKey;
+use zephon::lane_core::RngKey;
 
 const NOUNS: &[&str] = &[
     "lane", "step", "seed", "rank", "model", "token", "river", "garden", "engine", "letter", "window", "harbor",

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use zephon::Spec;
-use zephon::core::{Digest, step_fingerprint};
+use zephon::lane_core::{Digest, step_fingerprint};
 
 use crate::CliError;
 

@@ -34,8 +34,8 @@ pub enum CliError {
     Verify(String),
 }
 
-impl From<zephon::core::Error> for CliError {
-    fn from(e: zephon::core::Error) -> Self {
+impl From<zephon::lane_core::Error> for CliError {
+    fn from(e: zephon::lane_core::Error) -> Self {
         CliError::Zephon(e.into())
     }
 }

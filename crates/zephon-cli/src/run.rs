@@ -5,7 +5,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use zephon::core::{Digest, HashLogLine, Lane, RankEnv, checkpoint, lane_digest};
+use zephon::lane_core::{Digest, HashLogLine, Lane, RankEnv, checkpoint, lane_digest};
 use zephon::{LocalStep, Spec, Topology, Value};
 
 use crate::CliError;
@@ -158,6 +158,17 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     }
     if (args.checkpoint_every.is_some() || args.checkpoint_at.is_some()) && args.checkpoint_dir.is_none() {
         return Err(CliError::Usage("--checkpoint-every/--checkpoint-at need --checkpoint-dir".into()));
+    }
+    // Checked before anything starts: a run that cannot write its log must not run first.
+    if let Some(log) = &args.hash_log {
+        let folder = log.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !folder.is_dir() {
+            return Err(CliError::Usage(format!(
+                "--hash-log {}: the folder {} does not exist",
+                log.display(),
+                folder.display()
+            )));
+        }
     }
     let pipeline = spec.pipeline()?.exec(exec);
     let mut loader = match &args.resume_from {

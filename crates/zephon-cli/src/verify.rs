@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use zephon::Spec;
-use zephon::core::{Digest, HashLog};
+use zephon::lane_core::{Digest, HashLog};
 
 use crate::CliError;
 
@@ -93,9 +93,14 @@ impl Launch<'_> {
 }
 
 /// Compares `got` with the reference over `got`'s steps; returns the first difference.
-fn compare(reference: &Steps, got: &Steps) -> Option<String> {
-    if got.is_empty() {
-        return Some("no steps delivered".into());
+/// Compares `got` with the reference; `got` must hold exactly the steps `want`.
+fn compare(reference: &Steps, got: &Steps, want: std::ops::Range<u64>) -> Option<String> {
+    if !got.keys().copied().eq(want.clone()) {
+        let (first, last) = (got.keys().next(), got.keys().next_back());
+        return Some(match (first, last) {
+            (Some(a), Some(b)) => format!("delivered {} steps ({a}..={b}), expected steps {want:?}", got.len()),
+            _ => format!("delivered no steps, expected steps {want:?}"),
+        });
     }
     for (s, d) in got {
         match reference.get(s) {
@@ -142,7 +147,7 @@ pub fn verify(args: &VerifyArgs) -> Result<(), CliError> {
         )));
     }
     let mut failures = Vec::new();
-    let mut report = |label: String, got: &Steps| match compare(&reference, got) {
+    let mut report = |label: String, got: &Steps, want: std::ops::Range<u64>| match compare(&reference, got, want) {
         None => println!("  {label:<44} {} steps equal", got.len()),
         Some(diff) => {
             println!("  {label:<44} FIRST DIFFERENCE: {diff}");
@@ -162,7 +167,7 @@ pub fn verify(args: &VerifyArgs) -> Result<(), CliError> {
                     resume: None,
                     save_at: None,
                 })?;
-                report(label, &got);
+                report(label, &got, 0..args.steps);
             }
         }
     }
@@ -178,7 +183,7 @@ pub fn verify(args: &VerifyArgs) -> Result<(), CliError> {
             resume: None,
             save_at: Some((k, &ck)),
         })?;
-        report(format!("W={saver} steps 0..{k}, checkpoint at {k}"), &head);
+        report(format!("W={saver} steps 0..{k}, checkpoint at {k}"), &head, 0..k);
         let sizes =
             if args.resume_world_sizes.is_empty() { args.world_sizes.clone() } else { args.resume_world_sizes.clone() };
         for (i, &r) in sizes.iter().enumerate() {
@@ -195,7 +200,7 @@ pub fn verify(args: &VerifyArgs) -> Result<(), CliError> {
                         resume: Some(&ck.join(format!("step-{k:08}"))),
                         save_at: Some((k2, &ck2)),
                     })?;
-                    report(format!("resumed W={saver}→{r} at {k}, steps {k}..{k2}"), &mid);
+                    report(format!("resumed W={saver}→{r} at {k}, steps {k}..{k2}"), &mid, k..k2);
                     let r2 = sizes[(i + 1) % sizes.len()];
                     let tail = launch.ranks(Ranks {
                         label: &format!("resume-{r}-{r2}"),
@@ -206,7 +211,7 @@ pub fn verify(args: &VerifyArgs) -> Result<(), CliError> {
                         resume: Some(&ck2),
                         save_at: None,
                     })?;
-                    report(format!("  then W={r}→{r2} at {k2}, steps {k2}..{}", args.steps), &tail);
+                    report(format!("  then W={r}→{r2} at {k2}, steps {k2}..{}", args.steps), &tail, k2..args.steps);
                 }
                 _ => {
                     let tail = launch.ranks(Ranks {
@@ -218,7 +223,7 @@ pub fn verify(args: &VerifyArgs) -> Result<(), CliError> {
                         resume: Some(&ck.join(format!("step-{k:08}"))),
                         save_at: None,
                     })?;
-                    report(format!("resumed W={saver}→{r} at {k}, steps {k}..{}", args.steps), &tail);
+                    report(format!("resumed W={saver}→{r} at {k}, steps {k}..{}", args.steps), &tail, k..args.steps);
                 }
             }
         }

@@ -86,8 +86,15 @@ fn verify(spec: &Path, steps: &str, microbatches: &str) {
     println!("{out}");
     assert!(o.status.success(), "{out}");
     assert!(out.contains("every global step is identical"), "{out}");
-    // 16 configurations (4 world sizes × 2 thread counts × 2 microbatch sizes) + the resumes.
-    assert_eq!(out.matches("steps equal").count(), 16 + 1 + 3 + 3, "{out}");
+    // 16 configurations (4 world sizes × 2 thread counts × 2 microbatch sizes) of every step,
+    // the run to the checkpoint at 2, and each resume's steps.
+    let steps: u64 = steps.parse().unwrap();
+    let delivered = |line: &str| line.split_whitespace().rev().nth(2).and_then(|n| n.parse::<u64>().ok());
+    let counts: Vec<u64> = out.lines().filter(|l| l.ends_with("steps equal")).filter_map(delivered).collect();
+    let mut want = vec![steps; 16];
+    want.push(2);
+    want.extend([1, steps - 3].repeat(3));
+    assert_eq!(counts, want, "{out}");
 }
 
 #[test]
@@ -100,6 +107,17 @@ fn verify_with_8_lanes_across_processes_world_sizes_threads_microbatches_and_res
 fn verify_with_64_lanes() {
     let dir = tempfile::tempdir().unwrap();
     verify(&spec(dir.path(), 64, 64, 128, None), "4", "1,8");
+}
+
+#[test]
+fn sixty_four_rank_processes_equal_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spec(dir.path(), 64, 64, 128, None);
+    let o =
+        zephon(&["verify", "--spec", s.to_str().unwrap(), "--world-sizes", "1,64", "--threads", "1", "--steps", "2"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("W=64 threads=1") && out.contains("every global step is identical"), "{out}");
 }
 
 #[test]
@@ -183,7 +201,7 @@ fn bad_input_gives_a_clear_error_a_non_zero_exit_and_no_half_written_files() {
     for step in std::fs::read_dir(d.join("ck")).into_iter().flatten().flatten() {
         for f in std::fs::read_dir(step.path()).unwrap().flatten() {
             let bytes = std::fs::read(f.path()).unwrap();
-            zephon::core::checkpoint::inspect(&f.path(), &bytes).unwrap();
+            zephon::lane_core::checkpoint::inspect(&f.path(), &bytes).unwrap();
         }
     }
 
@@ -196,10 +214,123 @@ fn bad_input_gives_a_clear_error_a_non_zero_exit_and_no_half_written_files() {
     let other = d.join("other.toml");
     std::fs::write(&other, std::fs::read_to_string(&good).unwrap().replace("seq_len = 512", "seq_len = 256")).unwrap();
     let o = run(&other, &["--resume-from", ck.to_str().unwrap()]);
-    assert!(
-        !o.status.success() && text(&o).contains("was written by a different run") && text(&o).contains("pipeline was"),
-        "{}",
-        text(&o)
-    );
+    let out = text(&o);
+    assert!(!o.status.success() && out.contains("was written by a different run"), "{out}");
+    assert!(out.contains("operator 2 (pack) was seq_len=512 and is now seq_len=256"), "names the setting: {out}");
     no_files_left();
+
+    // A hash log into a folder that does not exist: refused before the pipeline starts.
+    let nowhere = d.join("no/such/folder/h.tsv");
+    let o = zephon(&[
+        "run",
+        "--spec",
+        good.to_str().unwrap(),
+        "--quiet",
+        "--steps",
+        "1",
+        "--hash-log",
+        nowhere.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(!o.status.success() && out.contains("the folder") && out.contains("does not exist"), "{out}");
+    assert!(!out.contains(".partial"), "{out}");
+}
+
+/// Hash-log lines by step.
+fn log_steps(path: &Path) -> std::collections::BTreeMap<u64, Vec<String>> {
+    let mut out: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let step = line.split('\t').next().unwrap().parse().unwrap();
+        out.entry(step).or_default().push(line.to_string());
+    }
+    out
+}
+
+#[test]
+fn kill_9_at_any_moment_resumes_to_the_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = spec(d, 8, 16, 512, None);
+    let steps = "120";
+    let reference = d.join("reference.tsv");
+    let o = zephon(&[
+        "run",
+        "--spec",
+        s.to_str().unwrap(),
+        "--quiet",
+        "--steps",
+        steps,
+        "--hash-log",
+        reference.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let want = log_steps(&reference);
+    let ck = d.join("ck");
+    // Kills spread over the start-up and the run, timed by progress (the number of checkpoint
+    // folders) plus a few milliseconds, so that they land at different moments on any machine:
+    // before the first checkpoint, inside checkpoint writes (rename, fsync), between steps.
+    let folders = |ck: &Path| std::fs::read_dir(ck).map_or(0, |d| d.count());
+    // Whether `ck` holds a complete checkpoint; a kill before the first one finished leaves
+    // none (its temporary is hidden), never a corrupt one.
+    let complete = |ck: &Path| match zephon::lane_core::checkpoint::resolve(ck, 8) {
+        Ok(_) => true,
+        Err(e) if e.to_string().contains("no step-* folder holds all") => false,
+        Err(e) => panic!("a kill left a checkpoint that does not resolve: {e}"),
+    };
+    for (i, (after, delay_ms)) in [(0usize, 300u64), (5, 3), (20, 11), (45, 0)].into_iter().enumerate() {
+        if ck.exists() && !complete(&ck) {
+            std::fs::remove_dir_all(&ck).unwrap();
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_zephon"))
+            .args(["run", "--spec", s.to_str().unwrap(), "--quiet", "--steps", steps, "--checkpoint-every", "1"])
+            .arg("--checkpoint-dir")
+            .arg(&ck)
+            .args(if ck.exists() { vec!["--resume-from".to_string(), ck.display().to_string()] } else { vec![] })
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while folders(&ck) < after && t0.elapsed().as_secs() < 120 && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        // SIGKILL: no destructor, no cleanup.
+        let _ = Command::new("kill").args(["-9", &child.id().to_string()]).status();
+        let _ = child.wait();
+        // Whatever is on disk resumes to exactly the reference's next steps.
+        if !ck.exists() || !complete(&ck) {
+            continue;
+        }
+        let resumed = d.join(format!("resumed-{i}.tsv"));
+        let o = zephon(&[
+            "run",
+            "--spec",
+            s.to_str().unwrap(),
+            "--quiet",
+            "--steps",
+            steps,
+            "--resume-from",
+            ck.to_str().unwrap(),
+            "--hash-log",
+            resumed.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "resume after kill {i}: {}", text(&o));
+        let got = log_steps(&resumed);
+        assert!(got.is_empty() || got.keys().next_back() == Some(&119), "resumed to the end");
+        for (step, lines) in &got {
+            assert_eq!(
+                Some(lines),
+                want.get(step),
+                "kill {i} (after {after} checkpoints + {delay_ms} ms): step {step} differs"
+            );
+        }
+    }
+    // Temporaries of killed writers were cleaned by the next writer of their folder or are hidden.
+    for step in std::fs::read_dir(&ck).unwrap().flatten() {
+        for f in std::fs::read_dir(step.path()).unwrap().flatten() {
+            let name = f.file_name().to_string_lossy().into_owned();
+            assert!(name.starts_with('.') || name.ends_with(".zck"), "{name}");
+        }
+    }
 }

@@ -203,7 +203,8 @@ pub struct Resolved {
 /// consistently.
 pub fn resolve(root: &Path, lanes: u32) -> Result<Resolved> {
     let is_ckpt = |p: &Path| {
-        p.extension().is_some_and(|x| x == EXTENSION) && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        p.extension().is_some_and(|x| x == EXTENSION)
+            && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
     };
     let files = |d: &Path| -> Result<Vec<PathBuf>> {
         let mut v: Vec<PathBuf> =
@@ -352,7 +353,12 @@ pub struct Loaded {
 /// Fails when a lane is missing, two files disagree about a lane, the files are at different
 /// steps, or any part of the fingerprint differs (the error names the parts; with `notes`,
 /// the run's shard listings, a changed dataset names its changed shards).
-pub fn load(dir: &Path, fingerprint: &RunFingerprint, notes: &BTreeMap<String, String>, wanted: &[Lane]) -> Result<Loaded> {
+pub fn load(
+    dir: &Path,
+    fingerprint: &RunFingerprint,
+    notes: &BTreeMap<String, String>,
+    wanted: &[Lane],
+) -> Result<Loaded> {
     let mismatch = |m: String| Error::CheckpointMismatch { dir: dir.to_path_buf(), message: m };
     let entries = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut files: Vec<PathBuf> = Vec::new();
@@ -432,7 +438,11 @@ fn fingerprint_diff(
                     format!("{k} was {was} and is now {is}")
                 }
                 (was, is) => {
-                    format!("{k} was {} and is now {}", show(was.map_or("(absent)", |v| v)), show(is.map_or("(absent)", |v| v)))
+                    format!(
+                        "{k} was {} and is now {}",
+                        show(was.map_or("(absent)", |v| v)),
+                        show(is.map_or("(absent)", |v| v))
+                    )
                 }
             }
         })

@@ -125,3 +125,10 @@ impl From<PackError> for OpError {
         if e.is_data() { OpError::Data(e.to_string()) } else { OpError::Fatal(e.to_string()) }
     }
 }
+
+/// So that `?` works where a packer setting is checked inside core-typed code.
+impl From<PackError> for zephon_core::Error {
+    fn from(e: PackError) -> Self {
+        zephon_core::Error::Config(e.to_string())
+    }
+}

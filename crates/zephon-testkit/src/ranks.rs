@@ -7,8 +7,8 @@ use std::process::Command;
 
 use zephon_core::*;
 
-/// The body of a rank process: does nothing (returns `false`) unless started by
-/// [`spawn_ranks`]; otherwise runs steps `from..to` of `spec` at the environment's rank,
+/// The body of a rank process: returns `false` (doing nothing) unless started by
+/// [`spawn_ranks`], which runs it as an ignored test by name; otherwise runs steps `from..to` of `spec` at the environment's rank,
 /// resuming and checkpointing as asked, and writes the hash log.
 pub fn rank_process(spec: impl Fn() -> RunSpec, lanes: u32, rows: u32, opts: ExecOptions) -> bool {
     let Ok(log) = std::env::var("ZEPHON_TEST_LOG") else { return false };
@@ -53,7 +53,7 @@ pub fn spawn_ranks(
     let children: Vec<_> = (0..w)
         .map(|r| {
             let mut c = Command::new(&exe);
-            c.args([entry, "--exact", "--test-threads", "1", "--quiet"])
+            c.args([entry, "--exact", "--ignored", "--test-threads", "1", "--quiet"])
                 .stdout(std::process::Stdio::null())
                 .env("RANK", r.to_string())
                 .env("WORLD_SIZE", w.to_string())

@@ -30,6 +30,9 @@ pub enum Error {
     #[cfg(feature = "text")]
     #[error(transparent)]
     Text(#[from] zephon_text::Error),
+    /// A file the caller handed over could not be read or written.
+    #[error(transparent)]
+    FileSystem(#[from] std::io::Error),
 }
 
 /// Result of the facade.

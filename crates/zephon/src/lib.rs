@@ -34,8 +34,10 @@ pub use mixture::{Amount, Dataset, Mixture};
 pub use pipeline::{Pipeline, TOKEN_ESTIMATES};
 pub use spec::Spec;
 
+// The core is re-exported as `lane_core`, not `core`: a glob import of this crate must not
+// shadow Rust's own `core`.
 pub use zephon_core::{
-    self as core, BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, Record, SampleId, Step, Tail,
+    self as lane_core, BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, Record, SampleId, Step, Tail,
     Topology, Value, step_fingerprint,
 };
 pub use zephon_io::{self as io, Fields};

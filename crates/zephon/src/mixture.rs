@@ -162,10 +162,14 @@ impl Mixture {
                 _ => {}
             }
         }
-        let shares: Vec<f64> = self.datasets.iter().filter_map(|d| match d.amount {
-            Amount::Share(s) => Some(s),
-            Amount::Weight(_) => None,
-        }).collect();
+        let shares: Vec<f64> = self
+            .datasets
+            .iter()
+            .filter_map(|d| match d.amount {
+                Amount::Share(s) => Some(s),
+                Amount::Weight(_) => None,
+            })
+            .collect();
         if !shares.is_empty() && shares.len() != self.datasets.len() {
             return Err("give every dataset a token share, or every dataset a sample weight".into());
         }

@@ -256,11 +256,8 @@ impl Pipeline {
             tail: self.tail,
             metadata,
         };
-        let ensure_stage = self
-            .stages
-            .iter()
-            .filter(|s| !is_map(s))
-            .position(|s| matches!(s, Stage::EnsureMixture { .. }));
+        let ensure_stage =
+            self.stages.iter().filter(|s| !is_map(s)).position(|s| matches!(s, Stage::EnsureMixture { .. }));
         Ok(Assembled { spec, estimates, weights, shares, ensure_stage })
     }
 

@@ -52,9 +52,9 @@ fn a_changed_run_is_refused_with_the_changed_parts() {
     checkpoint_two_ranks(&run_spec(), tmp.path());
     // Another pipeline (row length), another dataset, another seed.
     let e = restore_err(spec(corpus(200, 30, 9), operators(33, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
-    assert!(e.contains("pipeline was"), "{e}");
+    assert!(e.contains("operator 1 (wrap-pack) was len=32 and is now len=33"), "{e}");
     let e = restore_err(spec(corpus(201, 30, 9), operators(32, 4), 4, 100, Tail::Drop), 2, 0, tmp.path());
-    assert!(e.contains("dataset corpus was") && e.contains("work source was"), "{e}");
+    assert!(e.contains("dataset corpus changed: shard 2 was 2 rows=") && e.contains("work source was"), "{e}");
     let mut s = run_spec();
     s.seed += 1;
     let e = restore_err(s, 2, 0, tmp.path());

@@ -167,7 +167,7 @@ fn a_shard_changed_under_a_checkpoint() {
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("dataset corpus was"), "{err}");
+    assert!(err.contains("dataset corpus changed: shard 0 was"), "{err}");
 }
 
 fn opts_exec() -> ExecOptions {

@@ -60,7 +60,8 @@ fn token_estimates_plan_50_50_token_shares_within_2_percent_over_50m_tokens() {
     );
     let datasets = corpora("jsonl");
     let count = |t: &str| tok.encode(t, false).map(|e| e.len()).map_err(|e| e.to_string());
-    let est = estimate(&datasets, &["text"; 2], &count, EstimateConfig { threads: 2, ..EstimateConfig::default() }).unwrap();
+    let est =
+        estimate(&datasets, &["text"; 2], &count, EstimateConfig { threads: 2, ..EstimateConfig::default() }).unwrap();
     let weights = weights_for_token_shares(&est, &[0.5, 0.5]).unwrap();
     let config = SourceConfig { seed: 11, chunk_size: 512, exhaustion: Exhaustion::Repeat, ..SourceConfig::default() };
     let source = MixtureSource::new(&datasets.manifests(), &weights, config).unwrap();

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use zephon::core::Record;
+use zephon::lane_core::Record;
 use zephon::{Digest, Loader, Spec, Value, step_fingerprint};
 
 use crate::*;
@@ -94,7 +94,7 @@ fn rows_are_well_formed_and_match_their_provenance() {
     run(&mut loaders(&spec, 1, 2, None), 3, &mut rows);
     let tokenizer =
         zephon::Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json")).unwrap();
-    let datasets = zephon::core::Datasets::new(vec![
+    let datasets = zephon::lane_core::Datasets::new(vec![
         zephon::io::open("a", &zephon_testkit::testdata().join("corpora/a/parquet"), &Default::default()).unwrap(),
         zephon::io::open("b", &zephon_testkit::testdata().join("corpora/b/parquet"), &Default::default()).unwrap(),
     ]);
@@ -203,7 +203,7 @@ fn a_checkpoint_from_another_spec_is_refused() {
     l[0].checkpoint(dir.path()).unwrap();
     let other = parse(&spec_text("jsonl", 2, 2, "", &pack("wrap", 1024, 1)));
     let e = other.pipeline().unwrap().restore(other.topology(1, 0).unwrap(), dir.path()).err().unwrap().to_string();
-    assert!(e.contains("pipeline was"), "{e}");
+    assert!(e.contains("(pack) was seq_len=512 and is now seq_len=1024"), "{e}");
 }
 
 #[test]

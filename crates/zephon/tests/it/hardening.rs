@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use zephon::core::checkpoint;
+use zephon::lane_core::checkpoint;
 use zephon::{Spec, Topology};
 
 use crate::*;
@@ -81,7 +81,10 @@ fn shares_and_names_that_would_change_the_data_are_refused() {
         (base.replacen("share = 0.5", "share = 0.2", 1), "token shares sum to 0.7, not 1"),
         (base.replacen("name = \"b\"", "name = \"a\"", 1), "two datasets are called \"a\""),
         (base.replace("pad_id = 50256", "pad_id = 60000"), "pad_id 60000 is not a token of the tokenizer"),
-        (base.replace("[source]\nchunk_size = 8", "[source]\nchunk_size = 8\norder = \"blocks\"\nblock_size = 0"), "block_size must be at least 1"),
+        (
+            base.replace("[source]\nchunk_size = 8", "[source]\nchunk_size = 8\norder = \"blocks\"\nblock_size = 0"),
+            "block_size must be at least 1",
+        ),
     ];
     for (text, want) in cases {
         let e = Spec::parse(&text, "mix.toml", "/".as_ref()).and_then(|s| s.pipeline()?.explain(&s.topology(1, 0)?));
@@ -153,7 +156,11 @@ fn resume_from_a_root_passes_over_an_incomplete_step_and_refuses_a_corrupt_one()
     }
     let found = checkpoint::resolve(&root, spec.lanes).unwrap();
     assert!(found.dir.ends_with("step-00000002"));
-    assert!(found.passed_over[0].contains("step-00000003 is incomplete (no file holds lane(s) 1)"), "{:?}", found.passed_over);
+    assert!(
+        found.passed_over[0].contains("step-00000003 is incomplete (no file holds lane(s) 1)"),
+        "{:?}",
+        found.passed_over
+    );
     // A complete newer step with a corrupt file is never passed over silently.
     let two = root.join("step-00000002");
     let file = fs::read_dir(&two).unwrap().flatten().next().unwrap().path();

@@ -1,0 +1,26 @@
+//! Any bytes as a JSONL shard: open (index), then read every row. Errors name the row; never a
+//! panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use zephon_core::SampleId;
+use zephon_io::{DatasetOptions, Fields, open};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(dir) = tempfile::tempdir() else { return };
+    let shard = dir.path().join("part.jsonl");
+    if std::fs::write(&shard, data).is_err() {
+        return;
+    }
+    let options = DatasetOptions {
+        fields: Fields { text: Some("text".into()), extra: vec!["id".into()], allow_empty: false, max_row_bytes: Some(1 << 20) },
+        cache_dir: Some(dir.path().join("cache")),
+        parquet_cache_bytes: None,
+    };
+    let Ok(ds) = open("fuzz", &shard, &options) else { return };
+    let rows = ds.manifest().rows();
+    let ids: Vec<SampleId> = (0..rows.min(10_000)).map(|r| SampleId::new(0, 0, r)).collect();
+    let mut out = Vec::new();
+    ds.read(&ids, &mut out);
+    assert_eq!(out.len(), ids.len(), "one result per row asked for");
+});
