@@ -50,6 +50,11 @@ pub struct LaneState {
     pub lane: Lane,
     /// Where the lane's input continues.
     pub cursor: Cursor,
+    /// How many of the cursor's input's records (the outputs of its stateless part) were
+    /// already pushed: non-zero when the checkpoint's step ended inside one input that made
+    /// many rows (a huge document). Restore re-runs that input's stateless part and skips them.
+    #[serde(default)]
+    pub input_progress: u64,
     /// Rows the lane has emitted so far (delivered in steps or pending).
     pub rows_emitted: u64,
     /// Records skipped under the skip policy so far, by dataset.

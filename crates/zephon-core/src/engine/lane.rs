@@ -33,6 +33,7 @@ pub(crate) struct Snapshot {
 struct SnapshotCore {
     lane: Lane,
     cursor: Cursor,
+    input_progress: u64,
     rows_emitted: u64,
     skips: Skips,
     finished: bool,
@@ -47,6 +48,7 @@ impl Snapshot {
         LaneState {
             lane: c.lane,
             cursor: c.cursor,
+            input_progress: c.input_progress,
             rows_emitted: c.rows_emitted,
             skips: c.skips.clone(),
             finished: c.finished,
@@ -118,6 +120,23 @@ pub(crate) struct LaneRun {
     unsnapped: usize,
     pub error: Option<Error>,
     scratch: Vec<Vec<Record>>,
+    paused: Option<PausedUnit>,
+    /// Records of the first input to drop unpushed (restored inside that input).
+    skip_outputs: u64,
+}
+
+/// A unit whose records are only partly pushed: where it stopped.
+struct PausedUnit {
+    chunk: u64,
+    start: u64,
+    chunk_len: u64,
+    records: std::vec::IntoIter<Record>,
+    ends: Vec<usize>,
+    inputs: Vec<(u32, Option<String>)>,
+    failure: Option<(usize, Error)>,
+    /// The input being pushed, and how many records of the unit were pushed.
+    j: usize,
+    done: usize,
 }
 
 pub(crate) struct LaneSetup {
@@ -156,6 +175,8 @@ impl LaneRun {
             unsnapped: 0,
             error: None,
             scratch: (0..stages).map(|_| Vec::new()).collect(),
+            paused: None,
+            skip_outputs: 0,
         }
     }
 
@@ -164,6 +185,7 @@ impl LaneRun {
     pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Result<Self, Error> {
         let mut run = LaneRun::new(setup, next_step);
         run.cursor = state.cursor;
+        run.skip_outputs = state.input_progress;
         run.skips = state.skips.clone();
         run.finished = state.finished;
         // A checkpoint is checksummed, not trusted: a crafted one could claim fewer rows than
@@ -202,13 +224,19 @@ impl LaneRun {
     /// The state now, as a checkpoint would hold it: every row not yet handed to the consumer
     /// is pending (used for the start-of-run snapshot and for ended lanes).
     pub fn snapshot_now(&self) -> Snapshot {
-        self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), 0).1
+        self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), 0, self.cursor, 0).1
     }
 
     /// A snapshot at the current input position whose pending rows are those of the queued
     /// steps from `first` on plus the step being filled, and where the rows of each of those
     /// steps (and finally of the step being filled) start in it.
-    fn snapshot_core(&self, accumulators: Vec<AccumulatorState>, first: usize) -> (Vec<usize>, Snapshot) {
+    fn snapshot_core(
+        &self,
+        accumulators: Vec<AccumulatorState>,
+        first: usize,
+        cursor: Cursor,
+        input_progress: u64,
+    ) -> (Vec<usize>, Snapshot) {
         let mut starts = Vec::with_capacity(self.steps.len().saturating_sub(first));
         let mut pending = Vec::new();
         for s in self.steps.iter().skip(first) {
@@ -219,7 +247,8 @@ impl LaneRun {
         pending.extend(self.current.iter().map(|r| r.lineage().clone()));
         let core = Arc::new(SnapshotCore {
             lane: self.lane,
-            cursor: self.cursor,
+            cursor,
+            input_progress,
             rows_emitted: self.rows_emitted,
             skips: self.skips.clone(),
             finished: self.finished,
@@ -230,39 +259,29 @@ impl LaneRun {
     }
 
     /// Feeds one ordered unit. Errors stop the lane (kept in `self.error`).
-    pub fn accumulate(&mut self, unit: UnitOutput) {
+    ///
+    /// Pauses, keeping the rest of the unit, once the lane has finalized step `until` (what the
+    /// consumer may take plus the prefetch): one input that makes thousands of rows (a huge
+    /// document) then waits for the consumer instead of holding every row in memory.
+    /// [`LaneRun::continue_paused`] continues it.
+    pub fn accumulate(&mut self, unit: UnitOutput, until: u64) {
         if self.error.is_some() || self.finished {
             return;
         }
         match unit {
             UnitOutput::Samples { chunk, start, chunk_len, records, ends, inputs, failure } => {
-                let mut records = records.into_iter();
-                let mut done = 0;
-                let good = failure.as_ref().map_or(ends.len(), |(j, _)| *j);
-                for j in 0..good {
-                    for rec in records.by_ref().take(ends[j] - done) {
-                        if let Err(e) = self.push_stage(0, rec) {
-                            self.error = Some(e);
-                            return;
-                        }
-                    }
-                    done = ends[j];
-                    let (dataset, skip) = &inputs[j];
-                    if let Err(e) = self.count_input(*dataset, skip.as_deref()) {
-                        self.error = Some(e);
-                        return;
-                    }
-                    let next = start + j as u64 + 1;
-                    self.cursor = if next >= chunk_len {
-                        Cursor { chunk: chunk + 1, offset: 0 }
-                    } else {
-                        Cursor { chunk, offset: next }
-                    };
-                    self.boundary();
-                }
-                if let Some((_, e)) = failure {
-                    self.error = Some(e);
-                }
+                let unit = PausedUnit {
+                    chunk,
+                    start,
+                    chunk_len,
+                    records: records.into_iter(),
+                    ends,
+                    inputs,
+                    failure,
+                    j: 0,
+                    done: 0,
+                };
+                self.run_samples(unit, until);
             }
             UnitOutput::End => {
                 if let Err(e) = self.finish_all() {
@@ -274,6 +293,77 @@ impl LaneRun {
                 self.boundary();
             }
             UnitOutput::Failed(e) => self.error = Some(e),
+        }
+    }
+
+    /// Whether a unit is paused half-way (see [`LaneRun::accumulate`]).
+    pub fn is_paused(&self) -> bool {
+        self.paused.is_some()
+    }
+
+    /// Continues a paused unit, up to step `until` again.
+    pub fn continue_paused(&mut self, until: u64) {
+        if let Some(unit) = self.paused.take() {
+            self.run_samples(unit, until);
+        }
+    }
+
+    /// Pushes a unit's records in order, input by input, until it ends or the lane reaches
+    /// step `until` (then it is kept in `self.paused`).
+    fn run_samples(&mut self, mut u: PausedUnit, until: u64) {
+        let good = u.failure.as_ref().map_or(u.ends.len(), |(j, _)| *j);
+        // The first input after a restore taken inside it: its first records were pushed
+        // before the checkpoint.
+        if self.skip_outputs > 0 && u.j == 0 && u.done == 0 {
+            let skip = std::mem::take(&mut self.skip_outputs);
+            let have = u.ends.first().copied().unwrap_or(0) as u64;
+            if skip > have || good == 0 {
+                self.error = Some(Error::Rebuild {
+                    lane: self.lane,
+                    lineage: "(input in progress)".into(),
+                    message: format!(
+                        "the checkpoint had pushed {skip} records of this input, which now makes {have}: did an operator change?"
+                    ),
+                });
+                return;
+            }
+            u.records.nth(skip as usize - 1);
+            u.done = skip as usize;
+        }
+        while u.j < good {
+            while u.done < u.ends[u.j] {
+                if self.next_step >= until {
+                    // Steps made inside this input are handed out before it ends: give them
+                    // their state now, as a position inside the input.
+                    let input_start = if u.j == 0 { 0 } else { u.ends[u.j - 1] };
+                    let at = Cursor { chunk: u.chunk, offset: u.start + u.j as u64 };
+                    self.snapshot_unsnapped(at, (u.done - input_start) as u64);
+                    self.paused = Some(u);
+                    return;
+                }
+                let Some(rec) = u.records.next() else { break };
+                u.done += 1;
+                if let Err(e) = self.push_stage(0, rec) {
+                    self.error = Some(e);
+                    return;
+                }
+            }
+            let (dataset, skip) = &u.inputs[u.j];
+            if let Err(e) = self.count_input(*dataset, skip.as_deref()) {
+                self.error = Some(e);
+                return;
+            }
+            let next = u.start + u.j as u64 + 1;
+            self.cursor = if next >= u.chunk_len {
+                Cursor { chunk: u.chunk + 1, offset: 0 }
+            } else {
+                Cursor { chunk: u.chunk, offset: next }
+            };
+            self.boundary();
+            u.j += 1;
+        }
+        if let Some((_, e)) = u.failure {
+            self.error = Some(e);
         }
     }
 
@@ -394,6 +484,12 @@ impl LaneRun {
     /// An input boundary: the state is consistent, so steps finalized since the last boundary
     /// get their snapshots now.
     fn boundary(&mut self) {
+        self.snapshot_unsnapped(self.cursor, 0);
+    }
+
+    /// Snapshots the steps finalized since the last snapshot, as at input `cursor` with
+    /// `input_progress` of its records already pushed (0 at an input boundary).
+    fn snapshot_unsnapped(&mut self, cursor: Cursor, input_progress: u64) {
         if self.unsnapped == 0 {
             return;
         }
@@ -403,7 +499,8 @@ impl LaneRun {
         if !(first..self.steps.len()).any(|i| (self.steps[i].step.0 + 1).is_multiple_of(every)) {
             return;
         }
-        let (starts, base) = self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), first);
+        let (starts, base) =
+            self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), first, cursor, input_progress);
         for i in first..self.steps.len() {
             if !(self.steps[i].step.0 + 1).is_multiple_of(every) {
                 continue;
@@ -412,5 +509,72 @@ impl LaneRun {
             let pending_from = starts[i + 1 - first];
             self.steps[i].state = Some(Snapshot { core: base.core.clone(), pending_from });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::SampleId;
+    use crate::lineage::{Fragment, Span};
+    use crate::operators::Operators;
+    use crate::record::Value;
+
+    fn lane() -> LaneRun {
+        let plan = Arc::new(Plan::new(Operators::new()));
+        LaneRun::new(
+            LaneSetup {
+                lane: Lane(0),
+                plan,
+                accs: Vec::new(),
+                names: vec!["d".to_string()].into(),
+                rows_per_step: 2,
+                tail: Tail::Drop,
+                snapshot_every: 1,
+                bad_limit: vec![1024].into(),
+            },
+            0,
+        )
+    }
+
+    /// One input that makes 1,000 rows (a huge document) and a second input.
+    fn big_unit() -> UnitOutput {
+        let sample = SampleId::new(0, 0, 0);
+        let records: Vec<Record> = (0..1001u32)
+            .map(|i| {
+                Record::new(Lineage::single(Fragment::span(sample, Span::at(i, 1).unwrap())))
+                    .with(&"x".into(), Value::Int(i64::from(i)))
+            })
+            .collect();
+        UnitOutput::Samples {
+            chunk: 0,
+            start: 0,
+            chunk_len: 2,
+            records,
+            ends: vec![1000, 1001],
+            inputs: vec![(0, None), (0, None)],
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn a_lane_pauses_inside_a_huge_input_and_continues_where_it_stopped() {
+        let mut run = lane();
+        run.accumulate(big_unit(), 3);
+        assert!(run.is_paused());
+        assert_eq!(run.progress().steps_made, 3, "stops at the step it may make, not at 500");
+        assert_eq!(run.steps.len(), 3);
+        run.steps.clear();
+        run.continue_paused(10);
+        assert_eq!(run.progress().steps_made, 10);
+        run.continue_paused(u64::MAX);
+        assert!(!run.is_paused());
+        assert_eq!(run.progress().steps_made, 500, "1,001 rows of 2 a step");
+        assert_eq!(run.cursor(), Cursor { chunk: 1, offset: 0 }, "both inputs consumed");
+        // The rows are the same as without a pause.
+        let mut straight = lane();
+        straight.accumulate(big_unit(), u64::MAX);
+        let digests = |r: &LaneRun| r.steps.iter().map(|s| s.digest).collect::<Vec<_>>();
+        assert_eq!(digests(&run), digests(&straight)[3..]);
     }
 }

@@ -138,11 +138,14 @@ impl Engine {
                 consumer_waiting: false,
                 shutdown: false,
                 fault: None,
+                paused: vec![false; n],
+                resumes: VecDeque::new(),
             }),
             work_cv: Condvar::new(),
             step_cv: Condvar::new(),
             lane_window: total_window.div_ceil(n.max(1)).max(2),
             total_window,
+            consumed: std::sync::atomic::AtomicU64::new(next_step),
         });
         {
             let mut s = lock(&shared.sched);
@@ -278,11 +281,13 @@ impl Engine {
         {
             let mut g = lock(&sh.sched);
             g.consumed = s + 1;
+            sh.consumed.store(s + 1, std::sync::atomic::Ordering::Release);
             g.count_behind();
+            g.wake_paused(sh);
             for i in 0..sh.slots.len() {
                 g.enqueue(i, sh);
             }
-            if g.idle_workers > 0 && !g.queue.is_empty() {
+            if g.idle_workers > 0 && (!g.queue.is_empty() || !g.resumes.is_empty()) {
                 sh.work_cv.notify_all();
             }
         }

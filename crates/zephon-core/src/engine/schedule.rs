@@ -30,6 +30,9 @@ pub(crate) struct Shared {
     pub(crate) step_cv: Condvar,
     pub(crate) lane_window: usize,
     pub(crate) total_window: usize,
+    /// The consumer's position (the step it waits for next), readable without the scheduler's
+    /// lock: drainers pause a lane this far plus the prefetch ahead.
+    pub(crate) consumed: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) struct Slot {
@@ -126,12 +129,23 @@ pub(crate) struct Sched {
     pub(crate) consumer_waiting: bool,
     pub(crate) shutdown: bool,
     pub(crate) fault: Option<String>,
+    /// Lanes whose accumulation paused half-way through a unit, waiting for the consumer.
+    pub(crate) paused: Vec<bool>,
+    /// Paused lanes the consumer has made room for: a worker continues each.
+    pub(crate) resumes: VecDeque<usize>,
 }
 
 pub(crate) enum UnitKind {
-    Samples { chunk: Arc<Chunk>, n: u64, start: usize, end: usize },
+    Samples {
+        chunk: Arc<Chunk>,
+        n: u64,
+        start: usize,
+        end: usize,
+    },
     End,
     SourceFailed(String),
+    /// Continue the lane's paused unit (no new input).
+    Resume,
 }
 
 pub(crate) struct Unit {
@@ -172,7 +186,36 @@ impl Sched {
         }
     }
 
+    /// Whether lane `i` may finalize more steps now (a paused lane then resumes).
+    pub(crate) fn may_advance(&self, i: usize, shared: &Shared) -> bool {
+        self.progress[i].made.steps_made < self.consumed + shared.opts.prefetch_steps + 1
+    }
+
+    /// Records that lane `i` paused (or continues it at once if the consumer already made
+    /// room: both happen under the scheduler's lock, so no wake-up is lost).
+    pub(crate) fn note_paused(&mut self, i: usize, shared: &Shared) {
+        if self.may_advance(i, shared) {
+            self.resumes.push_back(i);
+        } else {
+            self.paused[i] = true;
+        }
+    }
+
+    /// After the consumer took a step: paused lanes with room again get a worker.
+    pub(crate) fn wake_paused(&mut self, shared: &Shared) {
+        for i in 0..self.paused.len() {
+            if self.paused[i] && self.may_advance(i, shared) {
+                self.paused[i] = false;
+                self.resumes.push_back(i);
+            }
+        }
+    }
+
     pub(crate) fn next_unit(&mut self, shared: &Shared) -> Option<Unit> {
+        // A paused lane's continuation takes no new input, so no window holds it back.
+        if let Some(i) = self.resumes.pop_front() {
+            return Some(Unit { slot: i, seq: 0, kind: UnitKind::Resume });
+        }
         if self.in_flight >= shared.total_window {
             return None;
         }

@@ -3,6 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::error::{Error, OpError, record_error};
 use crate::operators::apply_chain;
@@ -17,6 +18,8 @@ impl Shared {
         let lane = self.slots[unit.slot].lane;
         match &unit.kind {
             UnitKind::End => UnitOutput::End,
+            // The worker drains the lane for these; they carry no input to process.
+            UnitKind::Resume => UnitOutput::Failed(Error::WorkerPanic(format!("{lane}: a resume reached the reader"))),
             UnitKind::SourceFailed(m) => UnitOutput::Failed(Error::Source { lane, message: m.clone() }),
             UnitKind::Samples { chunk, n, start, end } => {
                 let ids = &chunk.samples[*start..*end];
@@ -59,11 +62,17 @@ impl Shared {
         }
     }
 
-    /// Puts a finished unit in its lane's ring and, if the lane is free, pushes every unit
-    /// that is now next in order through its accumulators.
+    /// Puts a finished unit in its lane's ring and drains the lane.
     pub(crate) fn deposit(&self, i: usize, seq: u64, out: UnitOutput) {
+        lock(&self.slots[i].inbox).put(seq, out);
+        self.drain(i);
+    }
+
+    /// If no other worker is draining lane `i`: continues its paused unit, then pushes every
+    /// unit that is next in order through its accumulators, until the ring has none ready or the
+    /// lane pauses (it has made every step the consumer may take plus the prefetch).
+    pub(crate) fn drain(&self, i: usize) {
         let slot = &self.slots[i];
-        lock(&slot.inbox).put(seq, out);
         loop {
             let mut run = match slot.run.try_lock() {
                 Ok(g) => g,
@@ -71,12 +80,15 @@ impl Shared {
                 Err(std::sync::TryLockError::WouldBlock) => return,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             };
+            let until = self.consumed.load(Ordering::Acquire) + self.opts.prefetch_steps + 1;
+            let resumed = run.is_paused();
+            run.continue_paused(until);
             let mut drained = 0;
-            loop {
+            while !run.is_paused() {
                 let next = lock(&slot.inbox).take_next();
                 match next {
                     Some(unit) => {
-                        run.accumulate(unit);
+                        run.accumulate(unit, until);
                         drained += 1;
                     }
                     None => break,
@@ -84,11 +96,12 @@ impl Shared {
             }
             let made = run.progress();
             let failed = run.error.is_some();
-            if drained > 0 {
+            let paused = run.is_paused();
+            if drained > 0 || resumed {
                 lock(&slot.out).collect(&mut run);
             }
             drop(run);
-            if drained > 0 {
+            if drained > 0 || resumed {
                 let mut s = lock(&self.sched);
                 s.lanes[i].in_flight -= drained;
                 s.in_flight -= drained;
@@ -102,9 +115,12 @@ impl Shared {
                 if caught_up {
                     s.behind -= 1;
                 }
+                if paused {
+                    s.note_paused(i, self);
+                }
                 s.enqueue(i, self);
                 let wake_consumer = caught_up && s.behind == 0 && s.consumer_waiting;
-                let wake_workers = !s.queue.is_empty() && s.idle_workers > 0;
+                let wake_workers = (!s.queue.is_empty() || !s.resumes.is_empty()) && s.idle_workers > 0;
                 drop(s);
                 if wake_workers {
                     self.work_cv.notify_all();
@@ -113,7 +129,7 @@ impl Shared {
                     self.step_cv.notify_all();
                 }
             }
-            if !lock(&slot.inbox).next_ready() {
+            if paused || !lock(&slot.inbox).next_ready() {
                 return;
             }
         }
@@ -137,9 +153,13 @@ impl Shared {
             };
             let (slot, seq) = (unit.slot, unit.seq);
             let res = catch_unwind(AssertUnwindSafe(|| {
-                let out = self.process(&unit);
-                drop(unit);
-                self.deposit(slot, seq, out);
+                if let UnitKind::Resume = unit.kind {
+                    self.drain(slot);
+                } else {
+                    let out = self.process(&unit);
+                    drop(unit);
+                    self.deposit(slot, seq, out);
+                }
             }));
             if let Err(p) = res {
                 let msg = p

@@ -2,6 +2,7 @@
 
 mod checkpoint_errors;
 mod common;
+mod huge;
 mod invariants;
 mod multiprocess;
 mod records;
