@@ -15,15 +15,25 @@
 //! loaded and in the tests, several times faster because it builds no per-token objects.
 //! Any other file is encoded by `tokenizers` itself.
 //!
+//! Loading makes a `tokenizer.json` fit for a deterministic loader: its `truncation` and
+//! `padding` are cleared (lengths are the pipeline's business; [`Tokenizer::load_notes`] says
+//! what was cleared), BPE dropout (random ids) is refused, and special tokens written inside
+//! document text are read as text unless [`Tokenizer::allow_special_tokens_in_text`] opts in.
+//! Long whitespace runs, which make the regex engine behind `tokenizers` fail (silently,
+//! there), are pre-tokenized by hand. [`Tokenizer::fingerprint`] covers all of it.
+//!
 //! What this crate is not: it packs nothing (`zephon-pack`) and does not train tokenizers; it
 //! loads them. The tokenizer file's SHA-256 is part of the operator's fingerprint, so a
 //! checkpoint never restores under another tokenizer.
 
 #![deny(missing_docs)]
 
+mod added;
 mod bpe;
+mod pretok;
+mod reference;
 mod tokenize;
 mod tokenizer;
 
 pub use tokenize::{LongDocuments, Tokenize};
-pub use tokenizer::{Error, Tokenizer};
+pub use tokenizer::{CheckReport, Error, Mismatch, Tokenizer};
