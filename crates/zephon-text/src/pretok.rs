@@ -261,18 +261,29 @@ mod tests {
             "a", "Z", "é", "日本", " ", "  ", "\n", "\t", "\r\n", "\u{a0}", "\u{3000}", "\u{2028}", "'", "'s", "'S",
             "'re", "'ll", "'d", "'x", "1", "٣", "Ⅻ", "½", "!", "?!", "\u{301}", "🙂", "\u{200d}", "x", "\u{85}",
         ];
+        // Every sequence of up to three atoms, then random longer ones.
+        let mut texts: Vec<String> = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> = texts.iter().flat_map(|t| atoms.iter().map(move |a| format!("{t}{a}"))).collect();
+            texts.extend(longer);
+        }
         let mut seed = 7u64;
         for _ in 0..20_000 {
             let mut text = String::new();
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let len = (seed >> 33) % 12;
-            for k in 0..len {
-                let r = (seed.rotate_left(7 * k as u32 + 3) >> 40) as usize;
-                text.push_str(atoms[r % atoms.len()]);
+            for k in 0..4 + (seed >> 60) {
+                text.push_str(atoms[(seed.rotate_left(11 * k as u32) >> 40) as usize % atoms.len()]);
             }
+            texts.push(text);
+        }
+        texts.sort();
+        texts.dedup();
+        assert!(texts.len() > 40_000, "{}", texts.len());
+        for text in &texts {
+            let text = text.as_str();
             let want: Vec<(usize, usize)> =
-                regex.find_iter(&text).map(|m| m.map(|m| (m.start(), m.end())).unwrap()).collect();
-            let got: Vec<(usize, usize)> = gpt2.pieces(&text).collect();
+                regex.find_iter(text).map(|m| m.map(|m| (m.start(), m.end())).unwrap()).collect();
+            let got: Vec<(usize, usize)> = gpt2.pieces(text).collect();
             assert_eq!(got, want, "{text:?}");
         }
     }

@@ -391,3 +391,46 @@ impl std::fmt::Debug for Tokenizer {
         write!(f, "Tokenizer({}, sha256 {}, {})", self.source, &self.sha256[..12], self.engine)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fast path that is wrong on purpose (GPT-2 without its first merge, `Ġ t`): the
+    /// check finds every text it gets wrong, at the first differing token.
+    #[test]
+    fn check_against_reference_reports_the_first_difference() {
+        let path = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+        let mut tok = Tokenizer::from_file(&path).unwrap();
+        let mut json: Json = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let merges = json["model"]["merges"].as_array_mut().unwrap();
+        assert_eq!(merges[0], "Ġ t");
+        merges.remove(0);
+        tok.fast = Some(Arc::new(crate::bpe::build(&json, &[]).unwrap()));
+
+        let texts = ["Hello world", "I saw the cat", "", "them, the, to"];
+        let report = tok.check_against_reference(texts);
+        assert_eq!((report.docs, report.errors.len()), (4, 0));
+        let want: Vec<Mismatch> = texts
+            .iter()
+            .enumerate()
+            .filter_map(|(doc, t)| {
+                let (a, b) = (tok.encode(t).unwrap(), tok.encode_reference(t).unwrap());
+                let position = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+                (a != b).then(|| Mismatch {
+                    doc,
+                    position,
+                    ours: a.get(position).copied(),
+                    theirs: b.get(position).copied(),
+                })
+            })
+            .collect();
+        assert_eq!(report.mismatches, want);
+        assert_eq!(report.mismatches.iter().map(|m| m.doc).collect::<Vec<_>>(), [1, 3]);
+        // "I saw the cat": `I`, ` saw` agree; ` the` differs.
+        assert_eq!(report.mismatches[0].position, 2);
+        assert!(!report.is_ok());
+        assert!(report.to_string().contains("first: text 1 at token 2"), "{report}");
+        assert_eq!(report.tokens, texts.iter().map(|t| tok.encode_reference(t).unwrap().len()).sum::<usize>());
+    }
+}
