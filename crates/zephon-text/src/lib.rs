@@ -32,6 +32,7 @@ mod added;
 mod bpe;
 mod pretok;
 mod reference;
+mod split;
 mod tokenize;
 mod tokenizer;
 

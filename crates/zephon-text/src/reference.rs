@@ -7,8 +7,9 @@
 //! here from its own public parts (added vocabulary, normalizers, pre-tokenizers, model,
 //! post-processor), in the same order as `TokenizerImpl::encode_fast`, except that each of
 //! those regexes runs through [`Checked`]: the same `fancy-regex` pattern, and when it fails,
-//! the hand-written GPT-2 pre-tokenizer if it is that pattern, else an error. Output ids are
-//! those of `tokenizers` whenever its regexes succeed.
+//! the same matches computed without backtracking (the hand-written GPT-2 pre-tokenizer, or
+//! [`RegexSplit`] for the `...|\s+(?!\S)|\s+` family of Llama-3, GPT-4o, Qwen, DeepSeek),
+//! else an error. Output ids are those of `tokenizers` whenever its regexes succeed.
 
 use std::sync::OnceLock;
 
@@ -21,23 +22,50 @@ use tokenizers::{
 };
 
 use crate::pretok::{GPT2_PATTERN, Gpt2};
+use crate::split::RegexSplit;
 
 type TkResult<T> = tokenizers::Result<T>;
 
-/// A regex as `tokenizers` runs it, whose failure is an error or the hand-written splitter.
+/// The same matches as a failed regex, computed without backtracking.
+enum Fallback {
+    Gpt2(Gpt2),
+    Family(RegexSplit),
+}
+
+/// A regex as `tokenizers` runs it, whose failure is an error or the same matches computed
+/// another way.
 struct Checked {
     pattern: String,
     regex: fancy_regex::Regex,
-    /// The hand-written equivalent, when the pattern is GPT-2's.
-    fallback: Option<Gpt2>,
+    fallback: Option<Fallback>,
 }
 
 impl Checked {
     fn new(pattern: &str) -> Result<Checked, String> {
         let regex = fancy_regex::Regex::new(pattern).map_err(|e| format!("regex {pattern:?}: {e}"))?;
-        let fallback = if pattern == GPT2_PATTERN { Gpt2::new() } else { None };
+        let fallback = match Gpt2::new() {
+            Some(gpt2) if pattern == GPT2_PATTERN => Some(Fallback::Gpt2(gpt2)),
+            _ => RegexSplit::new(pattern).map(Fallback::Family),
+        };
         Ok(Checked { pattern: pattern.to_string(), regex, fallback })
     }
+}
+
+/// Matches as `Pattern::find_matches` gives them: the matches and the gaps between them.
+fn with_gaps(len: usize, matches: impl Iterator<Item = (usize, usize)>) -> Vec<(Offsets, bool)> {
+    let mut prev = 0;
+    let mut splits = Vec::new();
+    for (start, end) in matches {
+        if prev != start {
+            splits.push(((prev, start), false));
+        }
+        splits.push(((start, end), true));
+        prev = end;
+    }
+    if prev != len {
+        splits.push(((prev, len), false));
+    }
+    splits
 }
 
 impl Pattern for &Checked {
@@ -45,15 +73,14 @@ impl Pattern for &Checked {
         if inside.is_empty() {
             return Ok(vec![((0, 0), false)]);
         }
-        let mut prev = 0;
-        let mut splits = Vec::new();
+        let mut matches = Vec::new();
         for m in self.regex.find_iter(inside) {
-            let m = match m {
-                Ok(m) => m,
+            match m {
+                Ok(m) => matches.push((m.start(), m.end())),
                 Err(e) => {
-                    return match self.fallback {
-                        // GPT-2's pieces tile the text: every piece is a match.
-                        Some(gpt2) => Ok(gpt2.pieces(inside).map(|p| (p, true)).collect()),
+                    return match &self.fallback {
+                        Some(Fallback::Gpt2(gpt2)) => Ok(with_gaps(inside.len(), gpt2.pieces(inside))),
+                        Some(Fallback::Family(split)) => Ok(with_gaps(inside.len(), split.find_iter(inside))),
                         None => Err(format!(
                             "the regex {:?} failed on a piece of {} bytes ({e}); the tokenizers crate \
                              would silently stop splitting there and give wrong ids",
@@ -63,17 +90,9 @@ impl Pattern for &Checked {
                         .into()),
                     };
                 }
-            };
-            if prev != m.start() {
-                splits.push(((prev, m.start()), false));
             }
-            splits.push(((m.start(), m.end()), true));
-            prev = m.end();
         }
-        if prev != inside.len() {
-            splits.push(((prev, inside.len()), false));
-        }
-        Ok(splits)
+        Ok(with_gaps(inside.len(), matches.into_iter()))
     }
 }
 

@@ -131,3 +131,50 @@ fn an_unknown_pattern_that_fails_is_an_error_not_wrong_ids() {
     let err = tok.encode(&format!("a{}b", " ".repeat(M))).unwrap_err();
     assert!(err.contains("silently"), "{err}");
 }
+
+/// The real files whose pre-tokenizer is a `Split` regex of the `\s+(?!\S)` family: on the
+/// `tokenizers` engine, a million spaces or newlines still give the right pieces.
+#[test]
+fn split_regex_files_handle_a_million_spaces_and_newlines() {
+    for name in ["llama3", "gpt4o", "deepseek_v3", "qwen3"] {
+        let path = data(&format!("tokenizers/{name}/tokenizer.json"));
+        let tok = Tokenizer::from_file(&path).unwrap();
+        let enc = |t: &str| tok.encode(t).unwrap();
+        let raw = tokenizers::Tokenizer::from_file(&path).unwrap();
+        let spaces = " ".repeat(M - 1);
+        let newlines = "\n".repeat(M);
+        // Whole runs are one piece each: the BPE model of the tokenizers crate on the piece is
+        // an independent check of the merges.
+        assert!(enc(&spaces) == model_ids(&raw, &spaces), "{name}");
+        assert!(enc(&newlines) == model_ids(&raw, &newlines), "{name}");
+        if name == "gpt4o" {
+            // The premise: its inverted Split keeps only regex matches, and a failed regex
+            // has none, so the unmodified crate silently drops the whole run.
+            assert!(raw.encode_fast(spaces.as_str(), false).unwrap().get_ids().is_empty());
+        }
+        // A space run gives its last space to the word after it; a newline run stays whole.
+        let got = enc(&format!("Hello {spaces}world"));
+        assert!(got == [enc("Hello"), enc(&spaces), enc(" world")].concat(), "{name}");
+        let got = enc(&format!("x{newlines}y"));
+        assert!(got == [enc("x"), enc(&newlines), enc("y")].concat(), "{name}");
+    }
+}
+
+/// The ids the `tokenizers` crate's BPE model gives `piece` as one pre-token (bytes mapped to
+/// GPT-2's byte symbols as `ByteLevel` does).
+fn model_ids(raw: &tokenizers::Tokenizer, piece: &str) -> Vec<u32> {
+    use tokenizers::Model;
+    let mut chars = Vec::new();
+    let mut n = 0;
+    for b in 0..=255u32 {
+        let printable = (33..=126).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        chars.push(if printable {
+            char::from_u32(b).unwrap()
+        } else {
+            n += 1;
+            char::from_u32(255 + n).unwrap()
+        });
+    }
+    let mapped: String = piece.bytes().map(|b| chars[b as usize]).collect();
+    raw.get_model().tokenize(&mapped).unwrap().iter().map(|t| t.id).collect()
+}
