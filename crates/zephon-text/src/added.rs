@@ -9,6 +9,8 @@
 //! token inside it is not found either. The fast path copies all of this, with one automaton
 //! per pass, so the cost does not grow with the number of added tokens.
 
+use std::borrow::Cow;
+
 use aho_corasick::{AhoCorasick, MatchKind};
 
 /// One pass's automaton and, per pattern, the token's id and whether it is special.
@@ -67,26 +69,32 @@ impl AddedTokens {
     }
 
     /// Calls `f` on the segments of `text` in order until it returns `false`; returns whether
-    /// it never did. Special tokens are text unless `special` is set.
-    pub(crate) fn segments<'t, E>(
+    /// it never did. Special tokens are text unless `special` is set. With `nfc`, the text
+    /// between non-normalized tokens is NFC-normalized before the normalized tokens are
+    /// searched in it, and reaches `f` normalized.
+    pub(crate) fn segments<E>(
         &self,
-        text: &'t str,
+        text: &str,
         special: bool,
-        f: &mut impl FnMut(Segment<'t>) -> Result<bool, E>,
+        nfc: bool,
+        f: &mut impl FnMut(Segment<'_>) -> Result<bool, E>,
     ) -> Result<bool, E> {
         self.pass(self.raw.as_ref(), text, special, &mut |seg| match seg {
-            Segment::Text(gap) => self.pass(self.normalized.as_ref(), gap, special, f),
+            Segment::Text(gap) => {
+                let gap = if nfc { crate::bpe::nfc(gap) } else { Cow::Borrowed(gap) };
+                self.pass(self.normalized.as_ref(), &gap, special, f)
+            }
             token => f(token),
         })
     }
 
     /// One pass: the matches of `pass` in `text` as tokens, the rest as text.
-    fn pass<'t, E>(
+    fn pass<E>(
         &self,
         pass: Option<&Pass>,
-        text: &'t str,
+        text: &str,
         special: bool,
-        f: &mut impl FnMut(Segment<'t>) -> Result<bool, E>,
+        f: &mut impl FnMut(Segment<'_>) -> Result<bool, E>,
     ) -> Result<bool, E> {
         if text.is_empty() {
             return Ok(true);
@@ -124,7 +132,7 @@ mod tests {
     fn split(tokens: &AddedTokens, text: &str, special: bool) -> Vec<String> {
         let mut out = Vec::new();
         tokens
-            .segments::<()>(text, special, &mut |s| {
+            .segments::<()>(text, special, false, &mut |s| {
                 out.push(match s {
                     Segment::Text(t) => format!("{t:?}"),
                     Segment::Token(id) => format!("#{id}"),

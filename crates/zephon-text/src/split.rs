@@ -102,8 +102,7 @@ mod tests {
         ];
         let mut texts: Vec<String> = vec![String::new()];
         for _ in 0..3 {
-            let longer: Vec<String> =
-                texts.iter().flat_map(|t| atoms.iter().map(move |a| format!("{t}{a}"))).collect();
+            let longer: Vec<String> = texts.iter().flat_map(|t| atoms.iter().map(move |a| format!("{t}{a}"))).collect();
             texts.extend(longer);
         }
         let mut seed = 11u64;

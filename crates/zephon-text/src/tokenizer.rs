@@ -11,8 +11,10 @@ use crate::added::Added;
 use crate::bpe::ByteLevelBpe;
 use crate::reference::Reference;
 
-/// The engine's description when the fast path encodes.
+/// The engine's description when the fast path encodes with GPT-2's pre-tokenizer.
 const FAST_ENGINE: &str = "byte-level BPE, exact fast path";
+/// ... and with `Split` regexes (Llama-3, GPT-4o, DeepSeek-V3).
+const FAST_SPLIT_ENGINE: &str = "byte-level BPE with Split regexes, exact fast path";
 
 /// Why a tokenizer could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +208,8 @@ impl Tokenizer {
                     });
                 }
                 if agrees {
-                    (Some(Arc::new(bpe)), FAST_ENGINE.to_string())
+                    let engine = if bpe.is_gpt2() { FAST_ENGINE } else { FAST_SPLIT_ENGINE };
+                    (Some(Arc::new(bpe)), engine.to_string())
                 } else {
                     (None, "tokenizers crate (the fast path disagreed on its self-check)".to_string())
                 }

@@ -98,7 +98,7 @@ fn text_strategy() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
     #[test]
     fn overlapping_added_tokens_equal_tokenizers(text in text_strategy()) {
         both_modes(&mixed(), &text);

@@ -5,6 +5,7 @@ use zephon_text::{LongDocuments, Tokenize, Tokenizer};
 
 mod added_tokens;
 mod files;
+mod modern;
 mod settings;
 mod special_tokens;
 mod whitespace;
@@ -32,6 +33,21 @@ fn crafted(edit: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDir, std
     let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
     (dir, path)
+}
+
+/// GPT-2 forced onto the `tokenizers` engine by a normalizer that does nothing (`Strip` of
+/// neither side), which the fast path does not take.
+fn gpt2_slow() -> Tokenizer {
+    static T: std::sync::OnceLock<Tokenizer> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let (_dir, path) = crafted(|j| {
+            j["normalizer"] = serde_json::json!({"type": "Strip", "strip_left": false, "strip_right": false})
+        });
+        let tok = Tokenizer::from_file(&path).unwrap();
+        assert_eq!(tok.engine(), "tokenizers crate (no fast path: normalizer Strip)");
+        tok
+    })
+    .clone()
 }
 
 /// The first texts of corpus `a` and `b` (shard 1), up to about `bytes` bytes each.

@@ -2,21 +2,10 @@
 //! the same on both engines.
 
 use proptest::prelude::*;
-use serde_json::json;
 use zephon_core::Operator;
 use zephon_text::{Tokenize, Tokenizer};
 
-use super::{crafted, data, doc, gpt2, ids};
-
-/// GPT-2 forced onto the `tokenizers` engine (an NFC normalizer changes nothing in ASCII).
-fn gpt2_slow() -> Tokenizer {
-    static T: std::sync::OnceLock<Tokenizer> = std::sync::OnceLock::new();
-    T.get_or_init(|| {
-        let (_dir, path) = crafted(|j| j["normalizer"] = json!({"type": "NFC"}));
-        Tokenizer::from_file(&path).unwrap()
-    })
-    .clone()
-}
+use super::{data, doc, gpt2, gpt2_slow, ids};
 
 const EOS: u32 = 50256;
 

@@ -4,7 +4,7 @@
 use serde_json::json;
 use zephon_text::Tokenizer;
 
-use super::{crafted, data, gpt2};
+use super::{crafted, data, gpt2, gpt2_slow};
 
 const M: usize = 1_000_000;
 
@@ -15,12 +15,6 @@ fn raw() -> tokenizers::Tokenizer {
 
 fn raw_ids(text: &str) -> Vec<u32> {
     raw().encode_fast(text, false).unwrap().get_ids().to_vec()
-}
-
-/// GPT-2 forced onto the `tokenizers` engine by an NFC normalizer (a no-op on this text).
-fn gpt2_slow() -> Tokenizer {
-    let (_dir, path) = crafted(|j| j["normalizer"] = json!({"type": "NFC"}));
-    Tokenizer::from_file(&path).unwrap()
 }
 
 fn concat(parts: &[&str]) -> Vec<u32> {
@@ -125,7 +119,7 @@ fn an_unknown_pattern_that_fails_is_an_error_not_wrong_ids() {
             {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
     });
     let tok = Tokenizer::from_file(&path).unwrap();
-    assert!(tok.engine().contains("pre-tokenizer Sequence[Split, ByteLevel]"), "{}", tok.engine());
+    assert!(tok.engine().contains("needs backtracking"), "{}", tok.engine());
     let raw = tokenizers::Tokenizer::from_file(&path).unwrap();
     assert_eq!(tok.encode("Hello  world").unwrap(), raw.encode_fast("Hello  world", false).unwrap().get_ids());
     let err = tok.encode(&format!("a{}b", " ".repeat(M))).unwrap_err();
