@@ -111,6 +111,17 @@ fn unicode_ranges(pattern: &str) -> Result<Vec<(u32, u32)>, String> {
     }
 }
 
+/// Whether `c` is `\s` (Unicode `White_Space`, by `regex-syntax`'s tables).
+pub(crate) fn is_space(c: char) -> bool {
+    if c.is_ascii() {
+        return ASCII[c as usize] == Class::Space;
+    }
+    match CLASSES.as_ref() {
+        Some(classes) => classes.of(c) == Class::Space,
+        None => c.is_whitespace(),
+    }
+}
+
 /// GPT-2's pre-tokenizer; see the module docs for the rules.
 #[derive(Copy, Clone)]
 pub(crate) struct Gpt2 {

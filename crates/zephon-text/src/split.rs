@@ -65,7 +65,10 @@ impl Iterator for Matches<'_> {
         let m = self.split.full.find_at(self.text, self.at)?;
         let (start, mut end) = (m.start(), m.end());
         let run = &self.text[start..end];
-        if end < self.text.len() && run.chars().all(char::is_whitespace) {
+        // A match of the `\s+` branch starts with whitespace (by the tables the regex uses)
+        // and no earlier alternative matches there. A match is only ever shortened when it
+        // is followed by more text (then, by greediness, by a non-space).
+        if end < self.text.len() && run.chars().next().is_some_and(crate::pretok::is_space) {
             // The last character, if the run has more than one.
             let last = run.char_indices().next_back().map_or(0, |(i, _)| i);
             if last > 0 && !self.split.head.is_match(run) {
