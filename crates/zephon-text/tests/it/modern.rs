@@ -185,3 +185,21 @@ proptest! {
         prop_assert_eq!(tok.encode(&text).unwrap(), tok.encode_reference(&text).unwrap());
     }
 }
+
+/// What a restore asks for (`encode_prefix`) is a prefix of the whole encoding, on every
+/// family, with added tokens, NFC and Split regexes in the way.
+#[test]
+fn prefixes_are_prefixes_of_the_whole_encoding() {
+    let text = "Hello <|im_start|>wörld e\u{301}  12345 \r\n\n<｜User｜>x'S  ".repeat(40);
+    for name in FAMILIES {
+        for special in [false, true] {
+            let tok = load(name).allow_special_tokens_in_text(special);
+            let whole = tok.encode(&text).unwrap();
+            for min in [0, 1, 2, 7, 50, whole.len() - 1, whole.len(), whole.len() + 5] {
+                let (ids, done) = tok.encode_prefix(&text, min).unwrap();
+                assert!(ids.len() >= min.min(whole.len()) && whole.starts_with(&ids), "{name} {min}");
+                assert_eq!(done, ids.len() == whole.len(), "{name} {min}");
+            }
+        }
+    }
+}
