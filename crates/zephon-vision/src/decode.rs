@@ -2,6 +2,7 @@
 
 use crate::error::{Format, Result, VisionError};
 use crate::image::{PixelLimit, RgbImage};
+use crate::jpeg::JpegBackend;
 use crate::orientation::Orientation;
 use crate::{jpeg, png};
 
@@ -11,10 +12,12 @@ pub struct DecodeOptions {
     limit: PixelLimit,
     keep_stored_orientation: bool,
     min_size: Option<(u32, u32)>,
+    backend: JpegBackend,
 }
 
 impl DecodeOptions {
-    /// The defaults: [`PixelLimit::DEFAULT`], EXIF orientation applied, full size.
+    /// The defaults: [`PixelLimit::DEFAULT`], EXIF orientation applied, full size,
+    /// [`JpegBackend::DEFAULT`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -39,6 +42,23 @@ impl DecodeOptions {
     pub fn min_size(mut self, width: u32, height: u32) -> Self {
         self.min_size = Some((width, height));
         self
+    }
+
+    /// Which library decodes JPEG pixels; refuses one this build lacks.
+    pub fn jpeg_backend(mut self, backend: JpegBackend) -> Result<Self> {
+        if !backend.is_available() {
+            return Err(VisionError::invalid(format!(
+                "JPEG backend {}: not built in (cargo feature `turbojpeg`)",
+                backend.name()
+            )));
+        }
+        self.backend = backend;
+        Ok(self)
+    }
+
+    /// The JPEG backend in force.
+    pub fn backend(&self) -> JpegBackend {
+        self.backend
     }
 
     /// Whether the EXIF orientation is applied.
@@ -121,7 +141,7 @@ pub fn decode_with_info(data: &[u8], opts: &DecodeOptions) -> Result<(ImageInfo,
     let (info, stored) = match sniff(data)? {
         Format::Jpeg => {
             let reduce = opts.min_size.map(|size| jpeg::Reduce { size, display: !opts.keep_stored_orientation });
-            let d = jpeg::decode(data, opts.limit, reduce)?;
+            let d = jpeg::decode(data, opts.limit, opts.backend, reduce)?;
             let h = d.header;
             let info = ImageInfo {
                 format: Format::Jpeg,

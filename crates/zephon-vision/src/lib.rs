@@ -45,5 +45,6 @@ pub use decode::decode_jpeg_turbo;
 pub use decode::{DecodeOptions, ImageInfo, decode, decode_with_info, probe, sniff};
 pub use error::{ErrorKind, Format, Result, VisionError};
 pub use image::{PixelLimit, RgbImage};
+pub use jpeg::JpegBackend;
 pub use orientation::Orientation;
 pub use smart::{SmartResize, smart_resize};

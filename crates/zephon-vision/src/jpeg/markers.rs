@@ -5,6 +5,12 @@
 //! end at a marker, the stream must reach EOI, and every component must be coded in some scan.
 //! The walk touches each byte once (a `0xFF` search inside scans) and allocates nothing that
 //! scales with the image.
+//!
+//! The stream handed to a decoder holds only what decoding needs (frame, tables, scans, JFIF
+//! and Adobe segments). Metadata (Exif, XMP, ICC, IPTC, MPF, comments) is read here and left
+//! out, as is junk between segments: a decoder's opinion of metadata (libjpeg-turbo warns on a
+//! bad ICC chunk, zune-jpeg's strict mode refuses a short APP14 or stray bytes) then cannot fail
+//! a picture that Pillow shows.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -41,16 +47,15 @@ pub(crate) struct Layout {
     /// Bytes of the image's own segments, in order, ending with EOI; empty when the stream can
     /// be given to the decoder as it is (`data[..end]`).
     keep: Vec<Range<usize>>,
-    /// Whether bytes between segments were skipped (junk, stray markers, a malformed APP14),
-    /// which makes the decoder's strict mode refuse a file libjpeg reads.
+    /// Whether anything was left out (metadata, junk, stray markers): the stream is then a copy.
     dirty: bool,
     /// One past the EOI marker: a second image or trailing bytes after it are not ours.
     end: usize,
 }
 
 impl Layout {
-    /// The stream to decode: the file up to EOI, or a copy of its segments without the junk
-    /// between them when there was any.
+    /// The stream to decode: the file up to EOI when nothing was left out, else a copy of the
+    /// kept segments (a memcpy of at most the file: noise next to decoding it).
     pub fn stream<'a>(&self, data: &'a [u8]) -> Cow<'a, [u8]> {
         if !self.dirty {
             return Cow::Borrowed(data.get(..self.end).unwrap_or(data));
@@ -235,11 +240,15 @@ impl<'a> Walker<'a> {
             }
             0xCC => Err(VisionError::unsupported(J, "arithmetic coding (DAC marker)")),
             0xF7 => Err(VisionError::unsupported(J, "JPEG-LS")),
-            0xC4 | 0xDB | 0xDD | 0xDC | 0xFE => self.segment(code).map(drop),
+            0xC4 | 0xDB | 0xDD | 0xDC => self.segment(code).map(drop),
+            0xFE => {
+                self.segment(code)?;
+                self.drop_last();
+                Ok(())
+            }
             0xE0..=0xEF => {
-                let start = self.pos - 2;
                 let p = self.segment(code)?;
-                self.app(code, p, start);
+                self.app(code, p);
                 Ok(())
             }
             _ => Err(VisionError::corrupt(J, format!("unknown marker 0xFF{code:02X}"))),
@@ -287,7 +296,24 @@ impl<'a> Walker<'a> {
         Ok(())
     }
 
-    fn app(&mut self, code: u8, p: &'a [u8], start: usize) {
+    /// Forgets the segment just kept.
+    fn drop_last(&mut self) {
+        self.keep.pop();
+        self.dirty = true;
+    }
+
+    /// Reads what this crate needs from an APPn segment; keeps only JFIF/AVI1 (APP0) and a
+    /// well-formed Adobe segment (APP14), the two that steer colour conversion.
+    fn app(&mut self, code: u8, p: &'a [u8]) {
+        let keep = match code {
+            0xE0 => true,
+            // libjpeg ignores an Adobe segment shorter than 12 bytes; zune-jpeg refuses the file.
+            0xEE => p.starts_with(b"Adobe") && p.len() >= 12,
+            _ => false,
+        };
+        if !keep {
+            self.drop_last();
+        }
         match code {
             0xE1 if p.starts_with(b"Exif\0\0") && self.exif.is_none() => {
                 // Pillow keeps the first Exif segment, even when its orientation is unusable.
@@ -296,12 +322,6 @@ impl<'a> Walker<'a> {
             0xE1 if p.starts_with(b"http://ns.adobe.com/xap/1.0/\0") => {
                 // Pillow keeps the last XMP packet.
                 self.xmp = orientation::from_xmp(p);
-            }
-            // libjpeg ignores an Adobe segment shorter than 12 bytes; zune-jpeg refuses the file,
-            // so the segment is left out of the stream it gets.
-            0xEE if p.starts_with(b"Adobe") && p.len() < 12 => {
-                self.keep.retain(|r| r.start != start);
-                self.dirty = true;
             }
             _ => {}
         }
@@ -461,6 +481,24 @@ mod tests {
         f.extend(&clean[2..]);
         let l = walk(&f, |_| Ok(())).unwrap();
         assert_eq!(&*l.stream(&f), &clean[..]);
+    }
+
+    #[test]
+    fn metadata_is_read_then_left_out_of_the_stream() {
+        let clean = tiny(&[5, 0xFF, 0xD9]);
+        let mut exif = b"Exif\0\0MM\0*\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x06\0\0".to_vec();
+        let mut f = clean[..2].to_vec();
+        f.extend([0xFF, 0xE1, 0, exif.len() as u8 + 2]);
+        f.append(&mut exif);
+        f.extend([0xFF, 0xFE, 0, 4, b'h', b'i']);
+        f.extend([0xFF, 0xE0, 0, 7, b'J', b'F', b'I', b'F', 0]);
+        f.extend(&clean[2..]);
+        let l = walk(&f, |_| Ok(())).unwrap();
+        assert_eq!(l.header.orientation, Some(Orientation::Rotate90Cw));
+        let mut want = clean[..2].to_vec();
+        want.extend([0xFF, 0xE0, 0, 7, b'J', b'F', b'I', b'F', 0]);
+        want.extend(&clean[2..]);
+        assert_eq!(&*l.stream(&f), &want[..]);
     }
 
     #[test]

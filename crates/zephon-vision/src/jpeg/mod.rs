@@ -34,28 +34,74 @@ pub(crate) struct Reduce {
     pub display: bool,
 }
 
-/// Decodes at full size, or at 1/`2^k` size (k ≤ 3) when the `turbojpeg` feature is on and
-/// `reduce` allows it.
-pub(crate) fn decode(data: &[u8], limit: PixelLimit, reduce: Option<Reduce>) -> Result<Decoded> {
+/// Which library decodes JPEG pixels (the marker walk in front is always this crate's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JpegBackend {
+    /// zune-jpeg, pure Rust, always built.
+    Zune,
+    /// libjpeg-turbo 3.1 through the `turbojpeg` crate (feature `turbojpeg`): faster, and the
+    /// only one that can decode at 1/2, 1/4, 1/8 scale.
+    LibjpegTurbo,
+}
+
+impl JpegBackend {
+    /// libjpeg-turbo when built with the `turbojpeg` feature, else zune-jpeg.
+    pub const DEFAULT: JpegBackend =
+        if cfg!(feature = "turbojpeg") { JpegBackend::LibjpegTurbo } else { JpegBackend::Zune };
+
+    /// Whether this build can use it.
+    pub fn is_available(self) -> bool {
+        match self {
+            JpegBackend::Zune => true,
+            JpegBackend::LibjpegTurbo => cfg!(feature = "turbojpeg"),
+        }
+    }
+
+    /// A stable name, for run fingerprints (the backends' pixels differ by IDCT rounding).
+    pub fn name(self) -> &'static str {
+        match self {
+            JpegBackend::Zune => "zune-jpeg-0.5.15",
+            JpegBackend::LibjpegTurbo => "libjpeg-turbo-3.1",
+        }
+    }
+}
+
+impl Default for JpegBackend {
+    fn default() -> Self {
+        JpegBackend::DEFAULT
+    }
+}
+
+/// Decodes with `backend` at full size, or at 1/`2^k` size (k ≤ 3) when libjpeg-turbo is built
+/// in and `reduce` allows it (a reduced decode always uses libjpeg-turbo).
+pub(crate) fn decode(data: &[u8], limit: PixelLimit, backend: JpegBackend, reduce: Option<Reduce>) -> Result<Decoded> {
     let layout = markers::walk(data, |h| limit.check(h.width, h.height))?;
     let stream = layout.stream(data);
     let header = layout.header;
     #[cfg(feature = "turbojpeg")]
-    if let Some(r) = reduce {
-        let swap = r.display && header.orientation.is_some_and(|o| o.swaps_sides());
-        let min = if swap { (r.size.1, r.size.0) } else { r.size };
-        if let Some(denom) = turbo::denominator(header.width, header.height, min) {
-            let image = turbo::decode(&stream, &header, denom)?;
+    {
+        let denom = reduce.and_then(|r| {
+            let swap = r.display && header.orientation.is_some_and(|o| o.swaps_sides());
+            let min = if swap { (r.size.1, r.size.0) } else { r.size };
+            turbo::denominator(header.width, header.height, min)
+        });
+        if denom.is_some() || backend == JpegBackend::LibjpegTurbo {
+            let image = turbo::decode(&stream, &header, denom.unwrap_or(1))?;
             return Ok(Decoded { image, header });
         }
     }
     #[cfg(not(feature = "turbojpeg"))]
-    let _ = reduce;
+    {
+        let _ = reduce;
+        if backend == JpegBackend::LibjpegTurbo {
+            return Err(VisionError::invalid("libjpeg-turbo backend: built without the `turbojpeg` feature"));
+        }
+    }
     let image = decode_zune(&stream, &header)?;
     Ok(Decoded { image, header })
 }
 
-/// Full-size decode with libjpeg-turbo (the `turbojpeg` feature), for comparisons and benches.
+/// Decode with libjpeg-turbo at 1/`denom` (1, 2, 4, 8), for comparisons and benches.
 #[cfg(feature = "turbojpeg")]
 pub(crate) fn decode_turbo(data: &[u8], limit: PixelLimit, denom: u8) -> Result<Decoded> {
     let layout = markers::walk(data, |h| limit.check(h.width, h.height))?;

@@ -1,7 +1,6 @@
 //! libjpeg-turbo decode (feature `turbojpeg`): full size or scaled by 1/2, 1/4, 1/8 inside the
 //! IDCT, which skips most of the work when the target is much smaller than the photo.
 
-use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use turbojpeg::{Decompressor, Image, PixelFormat, ScalingFactor};
@@ -11,11 +10,6 @@ use crate::error::{Format, Result, VisionError};
 use crate::image::RgbImage;
 
 const J: Format = Format::Jpeg;
-
-thread_local! {
-    // One decompressor per thread: its setup allocates libjpeg's state, which is reusable.
-    static DECOMPRESSOR: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
-}
 
 /// The largest of 8, 4, 2 that keeps a `width × height` image at least `min` in both sides.
 pub(super) fn denominator(width: u32, height: u32, min: (u32, u32)) -> Option<u8> {
@@ -34,27 +28,17 @@ pub(super) fn decode(stream: &[u8], header: &Header, denom: u8) -> Result<RgbIma
     let format = if cmyk { PixelFormat::CMYK } else { PixelFormat::RGB };
     let (wu, hu) = (w as usize, h as usize);
     let mut pixels = vec![0u8; wu * hu * format.size()];
-    DECOMPRESSOR
-        .with(|cell| {
-            let mut slot = cell.try_borrow_mut().map_err(|_| VisionError::corrupt(J, "decoder re-entered"))?;
-            if slot.is_none() {
-                *slot = Some(Decompressor::new().map_err(map_err)?);
-            }
-            let dec = slot.as_mut().ok_or_else(|| VisionError::corrupt(J, "no decoder"))?;
-            dec.set_scaling_factor(ScalingFactor::new(1, usize::from(denom))).map_err(map_err)?;
-            let image = Image { pixels: &mut pixels[..], width: wu, pitch: wu * format.size(), height: hu, format };
-            catch_unwind(AssertUnwindSafe(|| dec.decompress(stream, image)))
-                .map_err(|_| VisionError::corrupt(J, "the decoder panicked on this data"))?
-                .map_err(map_err)
-        })
-        .map_err(|e| match e {
-            // A failed call can leave libjpeg's state unusable for the next image.
-            e @ VisionError::Corrupt { .. } => {
-                DECOMPRESSOR.with(|c| c.try_borrow_mut().map(|mut s| *s = None).ok());
-                e
-            }
-            e => e,
-        })?;
+    // A fresh decompressor per image: libjpeg keeps Huffman and quantisation tables across
+    // images in one handle, and an abbreviated stream would silently borrow the previous
+    // image's. Setting one up costs microseconds.
+    let mut dec = Decompressor::new().map_err(map_err)?;
+    dec.set_scaling_factor(ScalingFactor::new(1, usize::from(denom))).map_err(map_err)?;
+    let image = Image { pixels: &mut pixels[..], width: wu, pitch: wu * format.size(), height: hu, format };
+    // libjpeg-turbo reports corrupt entropy data as a warning after filling the damage with
+    // grey; TurboJPEG turns warnings into errors, which is the strictness wanted here.
+    catch_unwind(AssertUnwindSafe(|| dec.decompress(stream, image)))
+        .map_err(|_| VisionError::corrupt(J, "the decoder panicked on this data"))?
+        .map_err(map_err)?;
     let rgb = if cmyk { super::cmyk_to_rgb(&pixels) } else { pixels };
     RgbImage::new(w, h, rgb).map_err(|_| VisionError::corrupt(J, "decoded size does not match the header"))
 }

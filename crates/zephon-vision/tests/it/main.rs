@@ -8,3 +8,5 @@ mod edge;
 mod pillow;
 mod qwen;
 mod robustness;
+#[cfg(feature = "turbojpeg")]
+mod turbo;

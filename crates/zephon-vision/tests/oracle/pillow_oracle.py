@@ -33,7 +33,19 @@ from PIL import Image, ImageOps
 FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "lanczos": Image.LANCZOS}
 
 
+_last = (None, None)
+
+
 def load(path):
+    # Jobs come grouped by source: keep the last decoded image (Pillow images are not mutated).
+    global _last
+    if _last[0] == path:
+        return _last[1]
+    _last = (path, _load(path))
+    return _last[1]
+
+
+def _load(path):
     with open(path, "rb") as f:
         data = f.read()
     img = Image.open(io.BytesIO(data))
