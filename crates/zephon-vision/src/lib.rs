@@ -21,6 +21,23 @@
 //! Randomness is an argument: augmentations take draws from the caller (the engine's counter RNG
 //! keyed by sample and image), so results are the same on every topology and after a restore.
 //!
+//! ```no_run
+//! use zephon_vision::normalize::Normalize;
+//! use zephon_vision::patch::{QwenPatching, qwen2_vl_patches};
+//! use zephon_vision::resize::{Filter, ResizeSpec};
+//! use zephon_vision::{DecodeOptions, SmartResize, decode};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let bytes = std::fs::read("photo.jpg")?;
+//! let img = decode(&bytes, &DecodeOptions::new())?;
+//! let img = ResizeSpec::smart(SmartResize::QWEN2_VL).with_filter(Filter::Bicubic).apply(&img)?;
+//! let patches = qwen2_vl_patches::<zephon_vision::half::bf16>(&img, QwenPatching::QWEN2_VL, &Normalize::CLIP)?;
+//! let [t, h, w] = patches.grid_thw(); // Qwen2-VL's image_grid_thw
+//! assert_eq!(patches.shape(), [(t * h * w) as usize, 3 * 2 * 14 * 14]);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! This crate is not the engine: it knows nothing of records, datasets, placeholders in token
 //! streams or batches; the operators that put images into records build on it. It does no colour
 //! management (ICC profiles are ignored, as Pillow's `convert` ignores them) and decodes no GIF,
@@ -44,6 +61,8 @@ mod smart;
 pub use decode::decode_jpeg_turbo;
 pub use decode::{DecodeOptions, ImageInfo, decode, decode_with_info, probe, sniff};
 pub use error::{ErrorKind, Format, Result, VisionError};
+/// The `half` crate, for the [`bf16`](half::bf16) and [`f16`](half::f16) element types.
+pub use half;
 pub use image::{PixelLimit, RgbImage};
 pub use jpeg::JpegBackend;
 pub use orientation::Orientation;

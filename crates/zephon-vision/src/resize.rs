@@ -14,7 +14,7 @@ use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer
 
 use crate::decode::{DecodeOptions, decode_with_info, probe};
 use crate::error::{Result, VisionError};
-use crate::image::{RgbImage, rgb_len};
+use crate::image::{PixelLimit, RgbImage, rgb_len};
 use crate::smart::SmartResize;
 
 /// A convolution filter, with Pillow's kernels and support.
@@ -309,9 +309,14 @@ fn resize_box(img: &RgbImage, b: (f64, f64, f64, f64), ow: u32, oh: u32, filter:
 
 /// The image centred on a square canvas of `fill` with the side of its longer side (LLaVA's
 /// `expand2square`: offset `(side - short) // 2`). A square image comes back as a copy.
+/// Refuses a canvas over [`PixelLimit::DEFAULT`]: a 65535 × 1 strip, harmless to decode, would
+/// otherwise ask for a 4-gigapixel canvas.
 pub fn pad_to_square(img: &RgbImage, fill: [u8; 3]) -> Result<RgbImage> {
     let (w, h) = img.size();
     let side = w.max(h);
+    if PixelLimit::DEFAULT.check(side, side).is_err() {
+        return Err(VisionError::bad_shape(w, h, format!("padding to a {side}x{side} square exceeds the pixel limit")));
+    }
     let mut out = RgbImage::filled(side, side, fill)?;
     let (ox, oy) = ((side - w) / 2, (side - h) / 2);
     let stride = side as usize * 3;
@@ -372,6 +377,8 @@ mod tests {
         assert_eq!(sq.pixel(3, 2), Some([9, 9, 9]));
         assert_eq!(sq.pixel(3, 3), Some([1, 2, 3]));
         assert_eq!(mean_fill([0.48145466, 0.4578275, 0.40821073]), [122, 116, 104]);
+        let strip = RgbImage::filled(20000, 1, [0; 3]).unwrap();
+        assert_eq!(pad_to_square(&strip, [0; 3]).unwrap_err().kind(), crate::ErrorKind::BadShape);
     }
 
     #[test]

@@ -20,6 +20,11 @@ use crate::orientation::{self, Orientation};
 
 const J: Format = Format::Jpeg;
 
+/// More scans than this are refused: each progressive scan is a pass over the whole coefficient
+/// buffer, so a small file of thousands of scans is a CPU bomb. zune-jpeg has the same default;
+/// real encoders write at most a few dozen.
+pub(crate) const MAX_SCANS: u32 = 100;
+
 /// How the frame is coded (from its SOF marker).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Coding {
@@ -350,6 +355,9 @@ impl<'a> Walker<'a> {
             }
         }
         self.scans += 1;
+        if self.scans > MAX_SCANS {
+            return Err(VisionError::unsupported(J, format!("more than {MAX_SCANS} scans")));
+        }
         Ok(())
     }
 
@@ -499,6 +507,17 @@ mod tests {
         want.extend([0xFF, 0xE0, 0, 7, b'J', b'F', b'I', b'F', 0]);
         want.extend(&clean[2..]);
         assert_eq!(&*l.stream(&f), &want[..]);
+    }
+
+    #[test]
+    fn too_many_scans_are_refused() {
+        let mut f = tiny(&[1]);
+        for _ in 0..MAX_SCANS {
+            f.extend([0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0, 1]);
+        }
+        f.extend([0xFF, 0xD9]);
+        let err = walk(&f, |_| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("more than 100 scans"), "{err}");
     }
 
     #[test]

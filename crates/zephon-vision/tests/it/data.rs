@@ -29,8 +29,11 @@ pub struct Oracle {
 }
 
 impl Oracle {
+    /// The venv's Python, or `ZEPHON_ORACLE_PYTHON` (e.g. one with NumPy, which the NumPy
+    /// path of the Qwen2-VL reference then uses).
     pub fn new(td: &Path) -> Oracle {
-        let python = td.join("venv/bin/python");
+        let python =
+            std::env::var_os("ZEPHON_ORACLE_PYTHON").map(PathBuf::from).unwrap_or_else(|| td.join("venv/bin/python"));
         assert!(
             python.is_file(),
             "the Pillow oracle needs {} (built by `bash scripts/fetch-testdata.sh`)",
