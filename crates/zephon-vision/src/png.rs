@@ -18,7 +18,8 @@ pub(crate) fn read_size(data: &[u8]) -> Result<(u32, u32)> {
 
 /// Decodes the (first frame of the) image to RGB8, like Pillow's `convert("RGB")`: grey is
 /// replicated, a palette expanded, alpha dropped (not composited), 16-bit samples keep their
-/// high byte.
+/// high byte. (Pillow opens 16-bit grey as mode `I;16` and clips it to 255 when converting, a
+/// white image; the high byte is the picture.)
 pub(crate) fn decode(data: &[u8], limit: PixelLimit) -> Result<RgbImage> {
     let mut dec = png::Decoder::new(Cursor::new(data));
     dec.set_transformations(Transformations::EXPAND | Transformations::STRIP_16);

@@ -183,13 +183,28 @@ impl ResizePlan {
                 resize_box(&square, (0.0, 0.0, side, side), ow, oh, self.filter)
             }
             Region::Crop { left, top, width, height } => {
-                let sx = f64::from(img.width()) / f64::from(self.src.0);
-                let sy = f64::from(img.height()) / f64::from(self.src.1);
-                let b = (left * sx, top * sy, width * sx, height * sy);
+                let (sx, sy) = scale_of(self.src, img.size());
+                let (iw, ih) = (f64::from(img.width()), f64::from(img.height()));
+                // A DCT-scaled decode rounds its sides up (a partial last block): clip the
+                // scaled box to the pixels that exist.
+                let (l, t) = (left * sx, top * sy);
+                let b = (l, t, (width * sx).min(iw - l), (height * sy).min(ih - t));
                 resize_box(img, b, ow, oh, self.filter)
             }
         }
     }
+}
+
+/// The factors from planned source coordinates to `got`'s: exactly `1/d` when `got` is a
+/// libjpeg 1/`d` decode (sides `ceil(side / d)`), else the ratio of the sides.
+fn scale_of(src: (u32, u32), got: (u32, u32)) -> (f64, f64) {
+    for d in [1u32, 2, 4, 8] {
+        if (src.0.div_ceil(d), src.1.div_ceil(d)) == got {
+            let s = 1.0 / f64::from(d);
+            return (s, s);
+        }
+    }
+    (f64::from(got.0) / f64::from(src.0), f64::from(got.1) / f64::from(src.1))
 }
 
 /// How much larger than the resize target a reduced-scale decode must stay (per side); like
@@ -416,5 +431,8 @@ mod tests {
         assert_eq!(h, 672);
         assert!(w >= 672 * 5640 / 3172);
         assert!(ReducingGap::new(0.5).is_err());
+        assert_eq!(scale_of((5641, 3172), (706, 397)), (0.125, 0.125));
+        assert_eq!(scale_of((100, 50), (50, 25)), (0.5, 0.5));
+        assert_eq!(scale_of((100, 50), (30, 10)), (0.3, 0.2));
     }
 }
