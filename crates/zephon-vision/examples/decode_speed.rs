@@ -128,6 +128,10 @@ fn main() {
         bench("libjpeg-turbo DCT-scaled decode (gap 2) + resize 336", &photos, min, |_, p| {
             decode_resized(&p.bytes, &turbo, &crop336, Some(ReducingGap::DEFAULT)).unwrap().as_raw().len()
         });
+        let gap1 = ReducingGap::new(1.0).unwrap();
+        bench("libjpeg-turbo DCT-scaled decode (gap 1) + resize 336", &photos, min, |_, p| {
+            decode_resized(&p.bytes, &turbo, &crop336, Some(gap1)).unwrap().as_raw().len()
+        });
         bench("libjpeg-turbo DCT-scaled decode only, 1/8", &photos, min, |_, p| {
             zephon_vision::decode_jpeg_turbo(&p.bytes, PixelLimit::DEFAULT, 8).unwrap().as_raw().len()
         });

@@ -64,21 +64,20 @@ fn dct_scaled_decode_sizes_and_quality() {
 
     // Reduced decode then resize, against the full decode then resize, on every photo.
     let spec = ResizeSpec::fixed(336, 336, Fit::CenterCrop).unwrap();
-    let mut worst = f64::INFINITY;
-    let mut reduced = 0;
+    let gaps = [ReducingGap::DEFAULT, ReducingGap::new(1.0).unwrap()];
+    let mut worst = [f64::INFINITY; 2];
     for p in captioned(&td) {
         let data = std::fs::read(&p).unwrap();
         let full = decode_resized(&data, &zune(), &spec, None).unwrap();
-        let fast = decode_resized(&data, &DecodeOptions::new(), &spec, Some(ReducingGap::DEFAULT)).unwrap();
-        assert_eq!(fast.size(), (336, 336));
-        let info = probe(&data).unwrap();
-        if info.width.min(info.height) >= 4 * 336 {
-            reduced += 1;
+        for (g, gap) in gaps.iter().enumerate() {
+            let fast = decode_resized(&data, &DecodeOptions::new(), &spec, Some(*gap)).unwrap();
+            assert_eq!(fast.size(), (336, 336));
+            worst[g] = worst[g].min(psnr(full.as_raw(), fast.as_raw()));
         }
-        worst = worst.min(psnr(full.as_raw(), fast.as_raw()));
     }
     eprintln!(
-        "DCT-scaled (gap 2) vs full decode, 336 centre crop: worst PSNR {worst:.1} dB; {reduced} photos reducible"
+        "DCT-scaled then 336 centre crop vs full decode: worst PSNR {:.1} dB (gap 2), {:.1} dB (gap 1)",
+        worst[0], worst[1]
     );
-    assert!(worst >= 30.0, "{worst}");
+    assert!(worst[0] >= 35.0 && worst[1] >= 30.0, "{worst:?}");
 }
