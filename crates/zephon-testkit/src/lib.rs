@@ -304,21 +304,43 @@ pub fn run_ranks(
     out
 }
 
-/// Where the fetched test data lives (`ZEPHON_TESTDATA`, else the fetch script's default).
-/// Panics, naming the command to run, when it has not been fetched: a test that needs real
-/// data must fail, never pass without it.
-pub fn testdata() -> std::path::PathBuf {
-    let dir = std::env::var_os("ZEPHON_TESTDATA").map(std::path::PathBuf::from).unwrap_or_else(|| {
+/// Where the fetched test data lives (`ZEPHON_TESTDATA`, else the fetch script's default),
+/// whether or not it has been fetched.
+pub fn testdata_dir() -> std::path::PathBuf {
+    std::env::var_os("ZEPHON_TESTDATA").map(std::path::PathBuf::from).unwrap_or_else(|| {
         let cache = std::env::var_os("XDG_CACHE_HOME")
             .map(std::path::PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
             .unwrap_or_else(|| std::path::PathBuf::from(".cache"));
         cache.join("zephon-testdata")
-    });
+    })
+}
+
+/// Where the fetched test data lives (`ZEPHON_TESTDATA`, else the fetch script's default).
+/// Panics, naming the command to run, when it has not been fetched: a test that needs real
+/// data must fail, never pass without it.
+pub fn testdata() -> std::path::PathBuf {
+    let dir = testdata_dir();
     assert!(
         dir.join("READY").is_file(),
         "test data missing at {}: run `bash scripts/fetch-testdata.sh` (scripts/test.sh does)",
         dir.display()
     );
     dir
+}
+
+/// The fetched test data, or `None` when it is missing and `ZEPHON_REQUIRE_TESTDATA` is unset
+/// (the test then returns early after saying so on stderr). With the variable set, as
+/// `scripts/test.sh` does, missing data fails the test like [`testdata`].
+pub fn testdata_or_skip(test: &str) -> Option<std::path::PathBuf> {
+    let dir = testdata_dir();
+    if dir.join("READY").is_file() || std::env::var_os("ZEPHON_REQUIRE_TESTDATA").is_some() {
+        return Some(testdata());
+    }
+    eprintln!(
+        "SKIP {test}: test data missing at {} (run `bash scripts/fetch-testdata.sh`; \
+         ZEPHON_REQUIRE_TESTDATA=1 makes this a failure)",
+        dir.display()
+    );
+    None
 }
