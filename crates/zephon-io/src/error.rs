@@ -53,6 +53,20 @@ pub enum Error {
         /// The columns the file has.
         available: String,
     },
+    /// A Parquet column of a type that cannot hold what its field is for.
+    #[error("dataset {dataset}: {path}: column {column:?} is {found}; {expected}")]
+    ColumnType {
+        /// The dataset's name.
+        dataset: String,
+        /// The shard.
+        path: PathBuf,
+        /// The column.
+        column: String,
+        /// Its type, as Arrow names it.
+        found: String,
+        /// What the field needs.
+        expected: String,
+    },
 }
 
 /// Result of opening a dataset.

@@ -1,4 +1,4 @@
-//! Which fields a dataset yields, and the checks every row's text gets.
+//! Which fields a dataset yields, and the checks every row's fields get.
 
 use zephon_core::{Field, OpError, Record, Value};
 
@@ -8,7 +8,9 @@ pub struct Fields {
     /// The text field: required, a string, checked by the rules below. `None` for datasets
     /// without text (images only).
     pub text: Option<String>,
-    /// Other fields to copy when present (ids, sources, images, captions).
+    /// Other fields to copy when present (ids, sources, images, captions): strings, numbers,
+    /// booleans (as 0/1) or bytes. A JSON array or object in one is a bad record; a Parquet
+    /// file without the column is refused when it is opened.
     pub extra: Vec<String>,
     /// Whether an empty text is a valid document (default: a bad record).
     pub allow_empty: bool,
@@ -22,6 +24,25 @@ impl Default for Fields {
     }
 }
 
+/// A requested field as one row holds it, before it becomes a record value. Readers say what
+/// they found; [`Fields::put`] alone decides what is accepted and what the user is told, so
+/// JSONL and Parquet rows are judged alike.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Cell {
+    /// The row has no such field.
+    Absent,
+    /// The field is there and null.
+    Null,
+    /// A boolean, kept apart from integers so that a message can say which the user wrote.
+    Bool(bool),
+    /// An integer beyond what [`Value::Int`] holds; stored as anything else it would change.
+    TooBig(u64),
+    /// A value stored as it is.
+    Value(Value),
+    /// A value zephon does not read, described for the user ("a JSON array").
+    Unsupported(&'static str),
+}
+
 impl Fields {
     /// Every field name to read, text first.
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -32,17 +53,44 @@ impl Fields {
         self.names().map(Field::new).collect()
     }
 
-    /// Checks a finished record's text field.
-    pub(crate) fn check(&self, record: &Record) -> Result<(), OpError> {
-        let Some(name) = &self.text else { return Ok(()) };
-        match record.get(name) {
-            None => Err(OpError::Data(format!("no field {name:?}"))),
-            Some(Value::Str(s)) if s.is_empty() && !self.allow_empty => {
-                Err(OpError::Data(format!("empty document (field {name:?} is \"\")")))
-            }
-            Some(Value::Str(_)) => Ok(()),
-            Some(other) => Err(OpError::Data(format!("field {name:?} is {}, not text", kind(other)))),
+    /// Sets field `field`, the `i`-th of [`Fields::names`], from `cell` in `record`, or says
+    /// why the row is bad.
+    pub(crate) fn put(&self, record: &mut Record, i: usize, field: &Field, cell: Cell) -> Result<(), OpError> {
+        let name = field.as_str();
+        if i == 0 && self.text.is_some() {
+            let what = match cell {
+                Cell::Value(Value::Str(s)) => {
+                    if s.is_empty() && !self.allow_empty {
+                        return Err(OpError::Data(format!("empty document (field {name:?} is \"\")")));
+                    }
+                    record.set(field, Value::Str(s));
+                    return Ok(());
+                }
+                Cell::Absent => return Err(OpError::Data(format!("no field {name:?}"))),
+                Cell::Null => return Err(OpError::Data(format!("field {name:?} is null"))),
+                Cell::Bool(_) => "a boolean",
+                Cell::TooBig(_) => "an integer",
+                Cell::Value(v) => kind(&v),
+                Cell::Unsupported(k) => k,
+            };
+            return Err(OpError::Data(format!("field {name:?} is {what}, not text")));
         }
+        match cell {
+            Cell::Absent | Cell::Null => {}
+            Cell::Bool(b) => record.set(field, Value::Int(i64::from(b))),
+            Cell::Value(v) => record.set(field, v),
+            Cell::TooBig(n) => {
+                return Err(OpError::Data(format!(
+                    "field {name:?} is {n}, beyond the 64-bit signed integers zephon stores"
+                )));
+            }
+            Cell::Unsupported(k) => {
+                return Err(OpError::Data(format!(
+                    "field {name:?} is {k}; zephon reads strings, numbers and booleans"
+                )));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn check_size(&self, bytes: usize) -> Result<(), OpError> {
@@ -55,12 +103,49 @@ impl Fields {
     }
 }
 
-pub(crate) fn kind(v: &Value) -> &'static str {
+fn kind(v: &Value) -> &'static str {
     match v {
-        Value::Str(_) => "text",
+        Value::Str(_) => "a string",
         Value::Bytes(_) => "bytes",
         Value::Int(_) => "an integer",
         Value::Float(_) => "a float",
         Value::Array(_) | Value::Seq(_) => "an array",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zephon_core::SampleId;
+
+    fn put(fields: &Fields, i: usize, cell: Cell) -> Result<Record, String> {
+        let mut r = Record::from_sample(SampleId::new(0, 0, 0));
+        let names = fields.handles();
+        fields.put(&mut r, i, &names[i], cell).map(|()| r).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_message_names_the_field_the_user_configured() {
+        let f = Fields { text: Some("body".into()), extra: vec!["tags".into()], ..Fields::default() };
+        for (cell, want) in [
+            (Cell::Absent, r#"no field "body""#),
+            (Cell::Null, r#"field "body" is null"#),
+            (Cell::Bool(true), r#"field "body" is a boolean, not text"#),
+            (Cell::Value(Value::Int(4)), r#"field "body" is an integer, not text"#),
+            (Cell::TooBig(u64::MAX), r#"field "body" is an integer, not text"#),
+            (Cell::Value(Value::Float(0.5)), r#"field "body" is a float, not text"#),
+            (Cell::Unsupported("a JSON array"), r#"field "body" is a JSON array, not text"#),
+            (Cell::Value(Value::text("")), r#"empty document (field "body" is "")"#),
+        ] {
+            let err = put(&f, 0, cell).unwrap_err();
+            assert!(err.contains(want), "{err}");
+            assert!(!err.contains("\"text\""), "{err}");
+        }
+        let err = put(&f, 1, Cell::Unsupported("a JSON object")).unwrap_err();
+        assert!(err.contains(r#"field "tags" is a JSON object; zephon reads strings, numbers and booleans"#), "{err}");
+        let err = put(&f, 1, Cell::TooBig(u64::MAX)).unwrap_err();
+        assert!(err.contains(r#"field "tags" is 18446744073709551615"#), "{err}");
+        assert_eq!(put(&f, 1, Cell::Bool(true)).unwrap().get("tags"), Some(&Value::Int(1)));
+        assert_eq!(put(&f, 1, Cell::Null).unwrap().get("tags"), None);
     }
 }

@@ -5,18 +5,30 @@
 //! a running job gives an error naming it, never a bus error.
 
 use std::fs;
-use std::io::{BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
-use sha2::{Digest, Sha256};
-use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, Value};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
 
-use crate::fields::Fields;
-use crate::shard::{content_key, default_cache_dir, write_atomic};
+use crate::fields::{Cell, Fields};
+use crate::shard::{
+    CONTENT_DIR, HashingReader, content_hash, default_cache_dir, hash_hex, manifest_entry, map_parallel, open_regular,
+    remove_stale_temporaries, write_atomic,
+};
+use crate::{DatasetOptions, Error, Result};
 
-const INDEX_MAGIC: &str = "ZEPHON-JSONL-INDEX v1";
+/// v2: keyed by the full content hash; a leading byte-order mark is not part of row 0.
+const INDEX_MAGIC: &str = "ZEPHON-JSONL-INDEX v2";
+
+/// The UTF-8 byte-order mark some Windows tools write at the start of a text file.
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+const CHUNK: usize = 1 << 20;
+
+/// The cache folders JSONL datasets write to (under the cache directory).
+const CACHE_DIRS: [&str; 3] = [CONTENT_DIR, "jsonl", "jsonl-index"];
 
 /// How a JSONL shard is compressed, by file name.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -39,12 +51,23 @@ impl Compression {
             None
         }
     }
+
+    /// In cache file names: a plain file whose bytes happen to be some `.gz` file's bytes has
+    /// that file's hash, and its index must not be taken for the decompressed copy's.
+    fn label(self) -> &'static str {
+        match self {
+            Compression::None => "plain",
+            Compression::Gzip => "gz",
+            Compression::Zstd => "zst",
+        }
+    }
 }
 
 struct Shard {
     /// The shard as given (possibly compressed): for messages.
     source: PathBuf,
-    /// What is read: the shard itself, or its decompressed copy in the cache.
+    /// What is read: the shard itself (the very file that was hashed), or its decompressed
+    /// copy in the cache.
     file: fs::File,
     /// Byte offset where each row starts; a row ends where the next starts (or at `end`).
     starts: Vec<u64>,
@@ -60,37 +83,30 @@ pub struct JsonlDataset {
 }
 
 impl JsonlDataset {
-    /// Opens `paths` as the dataset's shards, in order, building or loading each one's index.
-    pub fn open(
-        name: &str,
-        paths: &[PathBuf],
-        fields: Fields,
-        cache_dir: Option<&Path>,
-    ) -> Result<Self, (PathBuf, String)> {
-        let cache = cache_dir.map(Path::to_path_buf).unwrap_or_else(default_cache_dir);
-        let mut shards = Vec::with_capacity(paths.len());
-        let mut manifest = DatasetManifest { name: name.to_string(), shards: Vec::new() };
-        for path in paths {
-            let fail = |m: String| (path.clone(), m);
-            let compression = Compression::of(path).ok_or_else(|| fail("not a .jsonl file".into()))?;
-            let key = content_key(path).map_err(|e| fail(e.to_string()))?;
-            let readable = match compression {
-                Compression::None => path.clone(),
-                c => decompressed(path, &key, c, &cache).map_err(|e| fail(format!("cannot decompress: {e}")))?,
-            };
-            let (starts, end) =
-                load_or_build_index(&readable, &key, &cache).map_err(|e| fail(format!("cannot index: {e}")))?;
-            let file = fs::File::open(&readable).map_err(|e| fail(e.to_string()))?;
-            let mut entry = crate::shard::manifest_entry(path, starts.len() as u64).map_err(|e| fail(e.to_string()))?;
-            entry.version = key;
-            manifest.shards.push(entry);
-            shards.push(Shard { source: path.clone(), file, starts, end });
-        }
+    /// Opens `paths` as the dataset's shards, in order, hashing each one (once per file
+    /// version, cached) and building or loading its index, several shards at a time.
+    pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> Result<Self> {
+        let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
+        remove_stale_temporaries(&CACHE_DIRS.map(|d| cache.join(d)));
+        let opened = map_parallel(paths.len(), |i| {
+            open_shard(&paths[i], &cache).map_err(|message| Error::Open {
+                dataset: name.to_string(),
+                path: paths[i].clone(),
+                message,
+            })
+        })?;
+        let (shards, entries): (Vec<Shard>, Vec<ShardManifest>) = opened.into_iter().unzip();
+        let fields = options.fields.clone();
         let handles = fields.handles();
-        Ok(JsonlDataset { manifest, shards, fields, handles })
+        Ok(JsonlDataset {
+            manifest: DatasetManifest { name: name.to_string(), shards: entries },
+            shards,
+            fields,
+            handles,
+        })
     }
 
-    fn read_row(&self, id: SampleId, buf: &mut Vec<u8>) -> Result<Record, OpError> {
+    fn read_row(&self, id: SampleId, buf: &mut Vec<u8>) -> std::result::Result<Record, OpError> {
         let shard =
             self.shards.get(id.shard as usize).ok_or_else(|| OpError::Fatal(format!("no shard {}", id.shard)))?;
         let i = id.row as usize;
@@ -98,7 +114,10 @@ impl JsonlDataset {
             OpError::Fatal(format!("{}: no row {} (the shard has {})", shard.source.display(), i, shard.starts.len()))
         })?;
         let end = shard.starts.get(i + 1).copied().unwrap_or(shard.end);
-        let len = (end - start) as usize;
+        // Indexes are checked when loaded, so this only guards against a bug.
+        let len = end.checked_sub(start).ok_or_else(|| {
+            OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.display()))
+        })? as usize;
         self.fields.check_size(len)?;
         buf.resize(len, 0);
         shard.file.read_exact_at(buf, start).map_err(|e| {
@@ -107,15 +126,18 @@ impl JsonlDataset {
                 shard.source.display()
             ))
         })?;
-        let values = parse_row(buf, &self.handles)
+        let row = parse_row(buf, &self.handles)
             .map_err(|e| OpError::Data(format!("{}: invalid JSON: {e}", shard.source.display())))?;
-        let mut record = Record::from_sample(id);
-        for (name, value) in self.handles.iter().zip(values) {
-            if let Some(v) = value {
-                record.set(name, v);
-            }
+        if let Some(d) = row.duplicate {
+            return Err(OpError::Data(format!(
+                "field {:?} appears twice in the row; which one is meant is ambiguous",
+                self.handles[d].as_str()
+            )));
         }
-        self.fields.check(&record)?;
+        let mut record = Record::from_sample(id);
+        for (i, (name, cell)) in self.handles.iter().zip(row.cells).enumerate() {
+            self.fields.put(&mut record, i, name, cell)?;
+        }
         Ok(record)
     }
 }
@@ -125,7 +147,7 @@ impl Dataset for JsonlDataset {
         &self.manifest
     }
 
-    fn read(&self, samples: &[SampleId], out: &mut Vec<Result<Record, OpError>>) {
+    fn read(&self, samples: &[SampleId], out: &mut Vec<std::result::Result<Record, OpError>>) {
         let mut buf = Vec::new();
         for &id in samples {
             out.push(self.read_row(id, &mut buf));
@@ -133,12 +155,220 @@ impl Dataset for JsonlDataset {
     }
 }
 
+/// Opens one shard: its content hash, its readable bytes and its row index, each from the
+/// cache when this file version was seen before. A plain shard that is not cached is read
+/// once, hashing and indexing together.
+fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardManifest), String> {
+    let compression = Compression::of(path).ok_or("not a .jsonl, .jsonl.gz or .jsonl.zst file")?;
+    let (file, stat) = open_regular(path).map_err(|e| e.to_string())?;
+    let mut indexer = Indexer::default();
+    let plain = compression == Compression::None;
+    let hashed = content_hash(&file, path, &stat, cache, &mut |b| {
+        if plain {
+            indexer.feed(b)
+        }
+    })
+    .map_err(|e| format!("cannot read: {e}"))?;
+    let hash = hashed.hash;
+    let index_path = cache.join("jsonl-index").join(format!("{}.{}.idx", hash_hex(&hash), compression.label()));
+    let (readable, starts, end) = if plain {
+        let (starts, end) = if hashed.read_through {
+            let end = hashed.bytes_read;
+            match load_index(&index_path, &hash, end) {
+                Some(starts) => (starts, end),
+                None => {
+                    let starts = indexer.finish();
+                    save_index(&index_path, &hash, end, &starts);
+                    (starts, end)
+                }
+            }
+        } else if let Some(starts) = load_index(&index_path, &hash, stat.size) {
+            (starts, stat.size)
+        } else {
+            let (starts, end) = index_file(&file).map_err(|e| format!("cannot index: {e}"))?;
+            save_index(&index_path, &hash, end, &starts);
+            (starts, end)
+        };
+        (file, starts, end)
+    } else {
+        let copy_path = cache.join("jsonl").join(format!("{}.{}.jsonl", hash_hex(&hash), compression.label()));
+        // The copy is trusted only with an index that agrees on its size: a copy truncated
+        // behind zephon's back would otherwise read as a shard with fewer rows.
+        let cached = fs::File::open(&copy_path).ok().and_then(|copy| {
+            let size = copy.metadata().ok()?.len();
+            let starts = load_index(&index_path, &hash, size)?;
+            Some((copy, starts, size))
+        });
+        match cached {
+            Some(hit) => hit,
+            None => {
+                let (starts, end) =
+                    decompress(&file, compression, &hash, &copy_path).map_err(|e| format!("cannot decompress: {e}"))?;
+                save_index(&index_path, &hash, end, &starts);
+                let copy = fs::File::open(&copy_path).map_err(|e| format!("{}: {e}", copy_path.display()))?;
+                (copy, starts, end)
+            }
+        }
+    };
+    let entry = manifest_entry(path, starts.len() as u64, &stat, hash);
+    Ok((Shard { source: path.to_path_buf(), file: readable, starts, end }, entry))
+}
+
+/// Decompresses `file` into `target` (atomically), indexing the output on the way. The
+/// compressed bytes are hashed as they are consumed: a copy is kept only if they are the
+/// content `hash` names, so a shard rewritten while it was opened cannot leave a copy of one
+/// version under the name of another.
+fn decompress(file: &fs::File, c: Compression, hash: &str, target: &Path) -> io::Result<(Vec<u64>, u64)> {
+    let mut source = HashingReader::new(file);
+    let mut indexer = Indexer::default();
+    write_atomic(target, |out| {
+        let input = io::BufReader::with_capacity(CHUNK, &mut source);
+        let mut decoder: Box<dyn Read + '_> = match c {
+            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
+            Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(input)?),
+            Compression::None => Box::new(input),
+        };
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            let n = match decoder.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            indexer.feed(&buf[..n]);
+            out.write_all(&buf[..n])?;
+        }
+        drop(decoder);
+        let (read, _) = source.finish()?;
+        if read != hash {
+            return Err(io::Error::other("the file changed while it was read; open the dataset again"));
+        }
+        Ok(())
+    })?;
+    let end = indexer.offset;
+    Ok((indexer.finish(), end))
+}
+
+/// Indexes `file` with one sequential pass.
+fn index_file(file: &fs::File) -> io::Result<(Vec<u64>, u64)> {
+    let mut indexer = Indexer::default();
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match file.read_at(&mut buf, indexer.offset) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        indexer.feed(&buf[..n]);
+    }
+    let end = indexer.offset;
+    Ok((indexer.finish(), end))
+}
+
+/// Finds the offsets of the lines that hold something other than whitespace, fed the file's
+/// bytes in order in pieces of any size.
+#[derive(Default)]
+struct Indexer {
+    starts: Vec<u64>,
+    /// Bytes fed so far.
+    offset: u64,
+    line_start: u64,
+    has_content: bool,
+    /// Bytes of a leading byte-order mark matched so far, until `bom_decided`.
+    bom_matched: usize,
+    bom_decided: bool,
+}
+
+impl Indexer {
+    fn feed(&mut self, buf: &[u8]) {
+        let mut pos = 0;
+        while !self.bom_decided && pos < buf.len() {
+            if buf[pos] == BOM[self.bom_matched] {
+                self.bom_matched += 1;
+                pos += 1;
+                if self.bom_matched == BOM.len() {
+                    self.bom_decided = true;
+                    self.line_start = BOM.len() as u64;
+                }
+            } else {
+                self.bom_decided = true;
+                // A partial mark is just bytes of the first line.
+                if self.bom_matched > 0 {
+                    self.has_content = true;
+                    self.starts.push(0);
+                }
+            }
+        }
+        let n = buf.len();
+        while pos < n {
+            let nl = memchr::memchr(b'\n', &buf[pos..n]);
+            let seg_end = nl.map_or(n, |k| pos + k);
+            if !self.has_content && buf[pos..seg_end].iter().any(|b| !b.is_ascii_whitespace()) {
+                self.has_content = true;
+                self.starts.push(self.line_start);
+            }
+            match nl {
+                Some(_) => {
+                    pos = seg_end + 1;
+                    self.line_start = self.offset + pos as u64;
+                    self.has_content = false;
+                }
+                None => pos = n,
+            }
+        }
+        self.offset += n as u64;
+    }
+
+    fn finish(mut self) -> Vec<u64> {
+        if !self.bom_decided && self.bom_matched > 0 && !self.has_content {
+            self.starts.push(0);
+        }
+        self.starts
+    }
+}
+
+fn save_index(path: &Path, key: &str, size: u64, starts: &[u64]) {
+    let mut bytes = format!("{INDEX_MAGIC}\nkey {key} {size}\nrows {}\n", starts.len()).into_bytes();
+    for s in starts {
+        bytes.extend_from_slice(&s.to_le_bytes());
+    }
+    // A cache that cannot be written (read-only disk) only costs a rebuild next time.
+    let _ = write_atomic(path, |f| f.write_all(&bytes));
+}
+
+/// The cached index at `path` when it was built for content `key` of `size` bytes and is
+/// well-formed (offsets rising, inside the file), else `None`.
+fn load_index(path: &Path, key: &str, size: u64) -> Option<Vec<u64>> {
+    let bytes = fs::read(path).ok()?;
+    let header = format!("{INDEX_MAGIC}\nkey {key} {size}\nrows ");
+    let rest = bytes.strip_prefix(header.as_bytes())?;
+    let nl = rest.iter().position(|&b| b == b'\n')?;
+    let rows: usize = std::str::from_utf8(&rest[..nl]).ok()?.parse().ok()?;
+    let body = &rest[nl + 1..];
+    if Some(body.len()) != rows.checked_mul(8) {
+        return None;
+    }
+    let starts: Vec<u64> = body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+    let rising = starts.windows(2).all(|w| w[0] < w[1]);
+    (rising && starts.last().is_none_or(|&last| last < size)).then_some(starts)
+}
+
+/// The wanted fields of one row, as found.
+#[derive(Debug)]
+struct Row {
+    cells: Vec<Cell>,
+    /// A wanted field the row holds more than once.
+    duplicate: Option<usize>,
+}
+
 /// Parses one JSON object, keeping only the named fields (others are skipped unparsed).
-fn parse_row(bytes: &[u8], names: &[Field]) -> Result<Vec<Option<Value>>, serde_json::Error> {
+fn parse_row(bytes: &[u8], names: &[Field]) -> std::result::Result<Row, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let values = PickFields { names }.deserialize(&mut de)?;
+    let row = PickFields { names }.deserialize(&mut de)?;
     de.end()?;
-    Ok(values)
+    Ok(row)
 }
 
 struct PickFields<'a> {
@@ -146,30 +376,36 @@ struct PickFields<'a> {
 }
 
 impl<'de> DeserializeSeed<'de> for PickFields<'_> {
-    type Value = Vec<Option<Value>>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+    type Value = Row;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for PickFields<'_> {
-    type Value = Vec<Option<Value>>;
+    type Value = Row;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = vec![None; self.names.len()];
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut row = Row { cells: self.names.iter().map(|_| Cell::Absent).collect(), duplicate: None };
         while let Some(slot) = map.next_key_seed(KeyIndex { names: self.names })? {
             match slot {
-                Some(i) => out[i] = json_value(map.next_value::<serde_json::Value>()?),
+                Some(i) => {
+                    let cell = map.next_value_seed(CellSeed)?;
+                    if row.cells[i] != Cell::Absent {
+                        row.duplicate.get_or_insert(i);
+                    }
+                    row.cells[i] = cell;
+                }
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(out)
+        Ok(row)
     }
 }
 
@@ -180,7 +416,7 @@ struct KeyIndex<'a> {
 
 impl<'de> DeserializeSeed<'de> for KeyIndex<'_> {
     type Value = Option<usize>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
         d.deserialize_str(self)
     }
 }
@@ -190,116 +426,61 @@ impl<'de> Visitor<'de> for KeyIndex<'_> {
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a field name")
     }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
         Ok(self.names.iter().position(|n| n.as_str() == v))
     }
 }
 
-fn json_value(v: serde_json::Value) -> Option<Value> {
-    use serde_json::Value as J;
-    Some(match v {
-        J::Null => return None,
-        J::Bool(b) => Value::Int(b as i64),
-        J::Number(n) => match n.as_i64() {
-            Some(i) => Value::Int(i),
-            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        J::String(s) => Value::text(s),
-        other => Value::text(other.to_string()),
-    })
+/// A wanted field's JSON value as a [`Cell`]. Arrays and objects are skipped unbuilt: they
+/// are refused, so building them would be wasted.
+struct CellSeed;
+
+impl<'de> DeserializeSeed<'de> for CellSeed {
+    type Value = Cell;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
 }
 
-/// The decompressed copy of `path` in the cache, made once per content version.
-fn decompressed(path: &Path, key: &str, c: Compression, cache: &Path) -> std::io::Result<PathBuf> {
-    let target = cache.join("jsonl").join(format!("{}.jsonl", cache_name(path, key)));
-    if target.is_file() {
-        return Ok(target);
-    }
-    let input = BufReader::with_capacity(1 << 20, fs::File::open(path)?);
-    write_atomic(&target, |out| {
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, out);
-        match c {
-            Compression::Gzip => std::io::copy(&mut flate2::read::MultiGzDecoder::new(input), &mut out)?,
-            Compression::Zstd => std::io::copy(&mut zstd::stream::read::Decoder::with_buffer(input)?, &mut out)?,
-            Compression::None => 0,
-        };
-        out.flush()
-    })?;
-    Ok(target)
-}
+impl<'de> Visitor<'de> for CellSeed {
+    type Value = Cell;
 
-fn cache_name(path: &Path, key: &str) -> String {
-    let abs = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut h = Sha256::new();
-    h.update(abs.to_string_lossy().as_bytes());
-    h.update(key.as_bytes());
-    hex::encode(&h.finalize()[..12])
-}
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
 
-/// Loads the cached index of `path` when it was built for this content version, else builds
-/// it with one sequential pass and caches it.
-fn load_or_build_index(path: &Path, key: &str, cache: &Path) -> std::io::Result<(Vec<u64>, u64)> {
-    let size = fs::metadata(path)?.len();
-    let index_path = cache.join("jsonl-index").join(format!("{}.idx", cache_name(path, key)));
-    if let Some(starts) = load_index(&index_path, key, size) {
-        return Ok((starts, size));
+    fn visit_unit<E>(self) -> std::result::Result<Cell, E> {
+        Ok(Cell::Null)
     }
-    let starts = build_index(path)?;
-    let mut bytes = format!("{INDEX_MAGIC}\nkey {key} {size}\nrows {}\n", starts.len()).into_bytes();
-    for s in &starts {
-        bytes.extend_from_slice(&s.to_le_bytes());
+    fn visit_none<E>(self) -> std::result::Result<Cell, E> {
+        Ok(Cell::Null)
     }
-    // A cache that cannot be written (read-only disk) only costs a rebuild next time.
-    let _ = write_atomic(&index_path, |f| f.write_all(&bytes));
-    Ok((starts, size))
-}
-
-fn load_index(path: &Path, key: &str, size: u64) -> Option<Vec<u64>> {
-    let bytes = fs::read(path).ok()?;
-    let header = format!("{INDEX_MAGIC}\nkey {key} {size}\nrows ");
-    let rest = bytes.strip_prefix(header.as_bytes())?;
-    let nl = rest.iter().position(|&b| b == b'\n')?;
-    let rows: usize = std::str::from_utf8(&rest[..nl]).ok()?.parse().ok()?;
-    let body = &rest[nl + 1..];
-    if body.len() != rows * 8 {
-        return None;
+    fn visit_bool<E>(self, v: bool) -> std::result::Result<Cell, E> {
+        Ok(Cell::Bool(v))
     }
-    Some(body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect())
-}
-
-/// Offsets of the lines that hold something other than whitespace.
-fn build_index(path: &Path) -> std::io::Result<Vec<u64>> {
-    let mut f = BufReader::with_capacity(1 << 20, fs::File::open(path)?);
-    let mut starts = Vec::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut offset = 0u64;
-    let mut line_start = 0u64;
-    let mut has_content = false;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        let mut pos = 0;
-        while pos < n {
-            let nl = memchr::memchr(b'\n', &buf[pos..n]);
-            let seg_end = nl.map_or(n, |k| pos + k);
-            if !has_content && buf[pos..seg_end].iter().any(|b| !b.is_ascii_whitespace()) {
-                has_content = true;
-                starts.push(line_start);
-            }
-            match nl {
-                Some(_) => {
-                    pos = seg_end + 1;
-                    line_start = offset + pos as u64;
-                    has_content = false;
-                }
-                None => pos = n,
-            }
-        }
-        offset += n as u64;
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Cell, E> {
+        Ok(Cell::Value(Value::Int(v)))
     }
-    Ok(starts)
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Cell, E> {
+        Ok(i64::try_from(v).map_or(Cell::TooBig(v), |i| Cell::Value(Value::Int(i))))
+    }
+    fn visit_f64<E>(self, v: f64) -> std::result::Result<Cell, E> {
+        Ok(Cell::Value(Value::Float(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Cell, E> {
+        Ok(Cell::Value(Value::text(v)))
+    }
+    fn visit_string<E>(self, v: String) -> std::result::Result<Cell, E> {
+        Ok(Cell::Value(Value::text(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Cell, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Cell::Unsupported("a JSON array"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Cell, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Cell::Unsupported("a JSON object"))
+    }
 }
 
 #[cfg(test)]
@@ -310,19 +491,105 @@ mod tests {
     fn picks_fields_and_skips_others() {
         let names = [Field::new("text"), Field::new("id")];
         let v = parse_row(br#"{"id": 7, "skip": {"deep": [1,2]}, "text": "a\"b"}"#, &names).unwrap();
-        assert_eq!(v, vec![Some(Value::text("a\"b")), Some(Value::Int(7))]);
+        assert_eq!(v.cells, vec![Cell::Value(Value::text("a\"b")), Cell::Value(Value::Int(7))]);
+        assert_eq!(v.duplicate, None);
         assert!(parse_row(b"[1,2]", &names).is_err());
         assert!(parse_row(br#"{"text": "x"} trailing"#, &names).is_err());
         assert!(parse_row(b"{\"text\": \"\xff\"}", &names).is_err(), "invalid UTF-8");
     }
 
     #[test]
+    fn json_kinds_stay_apart() {
+        let names = [Field::new("a"), Field::new("b"), Field::new("c"), Field::new("d"), Field::new("e")];
+        let v = parse_row(
+            br#"{"a": true, "b": null, "c": [1, {"x": 2}], "d": {"k": []}, "e": 18446744073709551615}"#,
+            &names,
+        )
+        .unwrap();
+        assert_eq!(
+            v.cells,
+            vec![
+                Cell::Bool(true),
+                Cell::Null,
+                Cell::Unsupported("a JSON array"),
+                Cell::Unsupported("a JSON object"),
+                Cell::TooBig(u64::MAX)
+            ]
+        );
+        let v = parse_row(br#"{"a": 1, "b": 2, "a": 3}"#, &names).unwrap();
+        assert_eq!(v.duplicate, Some(0));
+    }
+
+    fn index_bytes(bytes: &[u8], piece: usize) -> Vec<u64> {
+        let mut ix = Indexer::default();
+        for p in bytes.chunks(piece.max(1)) {
+            ix.feed(p);
+        }
+        ix.finish()
+    }
+
+    #[test]
     fn index_skips_blank_lines_and_handles_a_missing_final_newline() {
-        let dir = std::env::temp_dir().join(format!("zephon-idx-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("x.jsonl");
-        fs::write(&p, b"{\"a\":1}\n\n  \n{\"a\":2}\r\n{\"a\":3}").unwrap();
-        assert_eq!(build_index(&p).unwrap(), vec![0, 12, 21]);
-        fs::remove_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("x.jsonl");
+        let bytes = b"{\"a\":1}\n\n  \n{\"a\":2}\r\n{\"a\":3}";
+        fs::write(&p, bytes).unwrap();
+        let (starts, end) = index_file(&fs::File::open(&p).unwrap()).unwrap();
+        assert_eq!((starts, end), (vec![0, 12, 21], bytes.len() as u64));
+        for piece in 1..bytes.len() {
+            assert_eq!(index_bytes(bytes, piece), vec![0, 12, 21], "pieces of {piece}");
+        }
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_not_part_of_row_0() {
+        for (bytes, want) in [
+            (&b"\xEF\xBB\xBF{\"a\":1}\n{\"a\":2}\n"[..], vec![3, 11]),
+            (b"\xEF\xBB\xBF\n  \n{\"a\":2}", vec![7]),
+            (b"\xEF\xBB\xBF", vec![]),
+            (b"\xEF\xBB{\"a\":1}\n", vec![0]),
+            (b"\xEF", vec![0]),
+            (b"\n\xEF\xBB\xBF{}", vec![1]),
+        ] {
+            for piece in 1..=bytes.len().max(1) {
+                assert_eq!(index_bytes(bytes, piece), want, "{bytes:?} in pieces of {piece}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_copy_is_kept_only_for_the_content_it_was_opened_as() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gz = tmp.path().join("x.jsonl.gz");
+        let mut enc = flate2::write::GzEncoder::new(fs::File::create(&gz).unwrap(), flate2::Compression::fast());
+        enc.write_all(b"{\"text\": \"a\"}\n{\"text\": \"b\"}\n").unwrap();
+        enc.finish().unwrap();
+        let hash = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(fs::read(&gz).unwrap())));
+        let file = fs::File::open(&gz).unwrap();
+        let (copy, other) = (tmp.path().join("c/copy.jsonl"), tmp.path().join("c/other.jsonl"));
+        assert_eq!(decompress(&file, Compression::Gzip, &hash, &copy).unwrap(), (vec![0, 14], 28));
+        assert_eq!(fs::read(&copy).unwrap(), b"{\"text\": \"a\"}\n{\"text\": \"b\"}\n");
+        // Opened as another version (the file changed after it was hashed): nothing is kept.
+        let err = decompress(&file, Compression::Gzip, "sha256:00", &other).unwrap_err();
+        assert!(err.to_string().contains("changed while it was read"), "{err}");
+        assert_eq!(fs::read_dir(tmp.path().join("c")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_damaged_index_is_not_trusted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("i.idx");
+        save_index(&p, "sha256:ab", 100, &[0, 10, 50]);
+        assert_eq!(load_index(&p, "sha256:ab", 100), Some(vec![0, 10, 50]));
+        assert_eq!(load_index(&p, "sha256:ab", 101), None, "another size");
+        assert_eq!(load_index(&p, "sha256:cd", 100), None, "another file");
+        save_index(&p, "sha256:ab", 100, &[0, 50, 10]);
+        assert_eq!(load_index(&p, "sha256:ab", 100), None, "offsets not rising");
+        save_index(&p, "sha256:ab", 40, &[0, 10, 50]);
+        assert_eq!(load_index(&p, "sha256:ab", 40), None, "an offset past the end");
+        let mut bytes = format!("{INDEX_MAGIC}\nkey sha256:ab 100\nrows {}\n", usize::MAX).into_bytes();
+        bytes.extend_from_slice(&[0; 8]);
+        fs::write(&p, bytes).unwrap();
+        assert_eq!(load_index(&p, "sha256:ab", 100), None, "a row count that overflows");
     }
 }

@@ -7,12 +7,15 @@
 //! time (only the requested columns) and kept in a bounded cache, because a random Parquet row
 //! costs a page decode anyway.
 //!
-//! Every shard has a manifest entry (rows, bytes, a content key), so a checkpoint taken on
-//! one version of the data refuses to restore on another.
+//! Every shard has a manifest entry (rows, bytes, and as version the SHA-256 of the whole
+//! file, `sha256:<hex>`), so a checkpoint taken on one version of the data refuses to restore
+//! on another, however small the edit. The hash is computed once per file version (path,
+//! size, mtime, ctime, inode) and cached, like the JSONL indexes it keys.
 //!
 //! What this crate is not: it decides no order (that is `zephon-mix`), tokenizes nothing, and
-//! never panics on a malformed row. A bad row is an [`OpError::Data`] naming the file; the
-//! engine adds dataset, shard and row.
+//! never panics on a malformed row. A bad row is an [`OpError::Data`] naming the file or the
+//! field as the user wrote it; the engine adds dataset, shard and row. A Parquet shard whose
+//! columns cannot serve the requested fields is refused when it is opened.
 //!
 //! ```no_run
 //! use zephon_io::{open, DatasetOptions};
@@ -45,8 +48,9 @@ pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, SampleId
 pub struct DatasetOptions {
     /// Which fields to read and how to check them.
     pub fields: Fields,
-    /// Where JSONL indexes and decompressed copies are cached (default: `ZEPHON_CACHE`, else
-    /// `~/.cache/zephon`).
+    /// Where content hashes, JSONL indexes and decompressed copies are cached (default:
+    /// `ZEPHON_CACHE`, else `~/.cache/zephon`). Temporaries left there by dead writers are
+    /// removed when a dataset is opened.
     pub cache_dir: Option<PathBuf>,
     /// Bytes of decoded Parquet row groups kept per dataset (default 256 MiB).
     pub parquet_cache_bytes: Option<usize>,
@@ -116,21 +120,17 @@ pub fn open_shards(
     files: &[PathBuf],
     options: &DatasetOptions,
 ) -> Result<Arc<dyn Dataset>> {
-    let wrap = |(path, message): (PathBuf, String)| Error::Open { dataset: name.to_string(), path, message };
     Ok(match format {
-        Format::Jsonl => Arc::new(
-            JsonlDataset::open(name, files, options.fields.clone(), options.cache_dir.as_deref()).map_err(wrap)?,
-        ),
+        Format::Jsonl => Arc::new(JsonlDataset::open(name, files, options)?),
         #[cfg(feature = "parquet")]
-        Format::Parquet => Arc::new(
-            ParquetDataset::open(name, files, options.fields.clone(), options.parquet_cache_bytes).map_err(wrap)?,
-        ),
+        Format::Parquet => Arc::new(ParquetDataset::open(name, files, options)?),
         #[cfg(not(feature = "parquet"))]
         Format::Parquet => {
-            return Err(wrap((
-                files.first().cloned().unwrap_or_default(),
-                "this build of zephon-io has no `parquet` feature".into(),
-            )));
+            return Err(Error::Open {
+                dataset: name.to_string(),
+                path: files.first().cloned().unwrap_or_default(),
+                message: "this build of zephon-io has no `parquet` feature".into(),
+            });
         }
     })
 }

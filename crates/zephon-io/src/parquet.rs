@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::cast::AsArray;
@@ -18,13 +18,35 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
-use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, Value};
+use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
 
-use crate::fields::Fields;
+use crate::fields::{Cell, Fields};
+use crate::shard::{
+    CONTENT_DIR, content_hash, default_cache_dir, manifest_entry, map_parallel, open_regular, remove_stale_temporaries,
+};
+use crate::{DatasetOptions, Error};
 
 /// Decoded row groups kept per dataset, by bytes.
 const DEFAULT_CACHE_BYTES: usize = 256 << 20;
+
+/// Rows per decoded batch; a row group may decode into several.
+const MAX_BATCH_ROWS: usize = 1 << 16;
+
+/// Runs parquet crate code on file contents. It asserts on some malformed input (found by
+/// flipping bytes of real shards); a panic becomes an error naming the file instead of taking
+/// the run down.
+fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(format!("the Parquet reader failed on this file ({what})"))
+    })
+}
 
 /// A shard file read with positioned reads. `ChunkReader for File` seeks a duplicated
 /// descriptor, and duplicates share one file offset, so two threads decoding row groups of one
@@ -125,56 +147,21 @@ impl RowGroupCache {
 
 impl ParquetDataset {
     /// Opens `paths` as the dataset's shards, checking that every requested column exists and
-    /// has a type zephon reads. `cache_bytes` bounds the decoded row groups kept (default
-    /// 256 MiB).
-    pub fn open(
-        name: &str,
-        paths: &[PathBuf],
-        fields: Fields,
-        cache_bytes: Option<usize>,
-    ) -> Result<Self, (PathBuf, String)> {
-        let mut shards = Vec::with_capacity(paths.len());
-        let mut manifest = DatasetManifest { name: name.to_string(), shards: Vec::new() };
-        for path in paths {
-            let fail = |m: String| (path.clone(), m);
-            let handle = fs::File::open(path).map_err(|e| fail(e.to_string()))?;
-            let len = handle.metadata().map_err(|e| fail(e.to_string()))?.len();
-            let file = PreadFile { file: Arc::new(handle), len };
-            let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-                .map_err(|e| fail(format!("not a readable Parquet file (truncated or corrupt?): {e}")))?;
-            let schema = meta.schema().clone();
-            let mut roots = Vec::new();
-            for wanted in fields.names() {
-                match schema.index_of(wanted) {
-                    Ok(i) => {
-                        check_type(schema.field(i).data_type()).map_err(|m| fail(format!("column {wanted:?}: {m}")))?;
-                        roots.push(i);
-                    }
-                    Err(_) if Some(wanted) == fields.text.as_deref() => {
-                        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                        return Err(fail(format!("no column {wanted:?} (columns: {})", names.join(", "))));
-                    }
-                    Err(_) => {}
-                }
-            }
-            let mask = ProjectionMask::roots(meta.parquet_schema(), roots);
-            let mut rg_starts = vec![0u64];
-            for rg in meta.metadata().row_groups() {
-                let last = rg_starts.last().copied().unwrap_or(0);
-                rg_starts.push(last + rg.num_rows().max(0) as u64);
-            }
-            let rows = rg_starts.last().copied().unwrap_or(0);
-            manifest.shards.push(crate::shard::manifest_entry(path, rows).map_err(|e| fail(e.to_string()))?);
-            shards.push(Shard { path: path.clone(), file, meta, mask, rg_starts });
-        }
-        let handles = fields.handles();
+    /// has a type zephon reads (the text field: a string type). Each shard is hashed once per
+    /// file version (cached under `options.cache_dir`); several shards open at a time.
+    pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> crate::Result<Self> {
+        let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
+        remove_stale_temporaries(&[cache.join(CONTENT_DIR)]);
+        let fields = &options.fields;
+        let opened = map_parallel(paths.len(), |i| open_shard(name, &paths[i], fields, &cache))?;
+        let (shards, entries): (Vec<Shard>, Vec<ShardManifest>) = opened.into_iter().unzip();
         Ok(ParquetDataset {
-            manifest,
+            manifest: DatasetManifest { name: name.to_string(), shards: entries },
             shards,
-            fields,
-            handles,
+            fields: fields.clone(),
+            handles: fields.handles(),
             cache: Mutex::new(RowGroupCache {
-                budget: cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
+                budget: options.parquet_cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
                 used: 0,
                 map: HashMap::new(),
                 order: VecDeque::new(),
@@ -190,13 +177,17 @@ impl ParquetDataset {
         let shard = &self.shards[s as usize];
         let fail = |e: String| OpError::Fatal(format!("{}: row group {rg}: {e}", shard.path.display()));
         let rows = (shard.rg_starts[rg + 1] - shard.rg_starts[rg]) as usize;
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(shard.file.clone(), shard.meta.clone())
-            .with_projection(shard.mask.clone())
-            .with_row_groups(vec![rg])
-            .with_batch_size(rows.max(1))
-            .build()
-            .map_err(|e| fail(e.to_string()))?;
-        let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| fail(e.to_string()))?;
+        let batches = guarded(|| {
+            let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(shard.file.clone(), shard.meta.clone())
+                .with_projection(shard.mask.clone())
+                .with_row_groups(vec![rg])
+                // Bounded: the row count comes from the file, and a batch is allocated up front.
+                .with_batch_size(rows.clamp(1, MAX_BATCH_ROWS))
+                .build()
+                .map_err(|e| e.to_string())?;
+            reader.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| e.to_string())
+        })
+        .map_err(fail)?;
         let decoded = Arc::new(batches);
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).put((s, rg), decoded.clone());
         Ok(decoded)
@@ -222,20 +213,95 @@ impl ParquetDataset {
                 hit
             })
             .ok_or_else(|| OpError::Fatal(format!("{}: row group {rg} decoded short", shard.path.display())))?;
-        let mut record = Record::from_sample(id);
-        let mut size = 0;
+        let mut cells = Vec::with_capacity(self.handles.len());
         for name in &self.handles {
-            if let Some(col) = batch.column_by_name(name.as_str())
-                && let Some(v) = value_at(col.as_ref(), local)
-            {
-                size += approx_size(&v);
-                record.set(name, v);
-            }
+            // Every requested column was checked to exist at open and is in the projection.
+            let col = batch.column_by_name(name.as_str()).ok_or_else(|| {
+                OpError::Fatal(format!(
+                    "{}: column {:?} missing from the decoded row group",
+                    shard.path.display(),
+                    name
+                ))
+            })?;
+            cells.push(value_at(col.as_ref(), local));
         }
-        self.fields.check_size(size)?;
-        self.fields.check(&record)?;
+        self.fields.check_size(cells.iter().map(approx_size).sum())?;
+        let mut record = Record::from_sample(id);
+        for (i, (name, cell)) in self.handles.iter().zip(cells).enumerate() {
+            self.fields.put(&mut record, i, name, cell)?;
+        }
         Ok(record)
     }
+}
+
+/// Opens one shard: checks its schema against `fields` and hashes it.
+fn open_shard(name: &str, path: &Path, fields: &Fields, cache: &Path) -> crate::Result<(Shard, ShardManifest)> {
+    let fail = |message: String| Error::Open { dataset: name.to_string(), path: path.to_path_buf(), message };
+    let (handle, stat) = open_regular(path).map_err(|e| fail(e.to_string()))?;
+    let hashed =
+        content_hash(&handle, path, &stat, cache, &mut |_| {}).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let file = PreadFile { file: Arc::new(handle), len: stat.size };
+    let meta = guarded(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|e| e.to_string()))
+        .map_err(|e| fail(format!("not a readable Parquet file (truncated or corrupt?): {e}")))?;
+    let rg_starts = check_layout(meta.metadata(), stat.size)
+        .map_err(|e| fail(format!("not a readable Parquet file (corrupt metadata): {e}")))?;
+    let schema = meta.schema().clone();
+    let mut roots = Vec::new();
+    for (k, wanted) in fields.names().enumerate() {
+        let Ok(i) = schema.index_of(wanted) else {
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(Error::MissingColumn {
+                dataset: name.to_string(),
+                path: path.to_path_buf(),
+                column: wanted.to_string(),
+                available: names.join(", "),
+            });
+        };
+        let is_text = k == 0 && fields.text.is_some();
+        let t = schema.field(i).data_type();
+        let expected = if is_text { check_text_type(t) } else { check_type(t) };
+        if let Err(expected) = expected {
+            return Err(Error::ColumnType {
+                dataset: name.to_string(),
+                path: path.to_path_buf(),
+                column: wanted.to_string(),
+                found: t.to_string(),
+                expected,
+            });
+        }
+        roots.push(i);
+    }
+    let mask = ProjectionMask::roots(meta.parquet_schema(), roots);
+    let entry = manifest_entry(path, rg_starts.last().copied().unwrap_or(0), &stat, hashed.hash);
+    Ok((Shard { path: path.to_path_buf(), file, meta, mask, rg_starts }, entry))
+}
+
+/// The first row of each row group plus the total, after checking that the footer describes
+/// a possible file: the parquet crate asserts (panics) on negative offsets and sizes, and a
+/// row count that overflows would wrap.
+fn check_layout(meta: &ParquetMetaData, file_len: u64) -> Result<Vec<u64>, String> {
+    let mut starts = vec![0u64];
+    for (g, rg) in meta.row_groups().iter().enumerate() {
+        let rows = u64::try_from(rg.num_rows()).map_err(|_| format!("row group {g} has {} rows", rg.num_rows()))?;
+        let last = starts.last().copied().unwrap_or(0);
+        starts.push(last.checked_add(rows).ok_or_else(|| format!("row group {g}: the row count overflows"))?);
+        for c in rg.columns() {
+            let start = c.dictionary_page_offset().unwrap_or_else(|| c.data_page_offset());
+            let len = c.compressed_size();
+            let inside = u64::try_from(start)
+                .ok()
+                .zip(u64::try_from(len).ok())
+                .and_then(|(s, l)| s.checked_add(l))
+                .is_some_and(|end| end <= file_len);
+            if !inside {
+                return Err(format!(
+                    "row group {g}, column {}: bytes {start}..+{len} are not inside the file ({file_len} bytes)",
+                    c.column_path()
+                ));
+            }
+        }
+    }
+    Ok(starts)
 }
 
 impl Dataset for ParquetDataset {
@@ -250,12 +316,25 @@ impl Dataset for ParquetDataset {
     }
 }
 
-fn approx_size(v: &Value) -> usize {
-    match v {
-        Value::Str(s) => s.len(),
-        Value::Bytes(b) => b.len(),
+fn approx_size(c: &Cell) -> usize {
+    match c {
+        Cell::Value(Value::Str(s)) => s.len(),
+        Cell::Value(Value::Bytes(b)) => b.len(),
         _ => 8,
     }
+}
+
+/// The text field is tokenized, so it must hold strings: a binary column would be refused row
+/// by row, after the run has started.
+fn check_text_type(t: &DataType) -> Result<(), String> {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok(()),
+        _ => Err("the text field must be a string column (Utf8, LargeUtf8 or Utf8View)".into()),
+    }
+}
+
+fn is_binary(t: &DataType) -> bool {
+    matches!(t, DataType::Binary | DataType::LargeBinary | DataType::BinaryView)
 }
 
 fn check_type(t: &DataType) -> Result<(), String> {
@@ -278,40 +357,49 @@ fn check_type(t: &DataType) -> Result<(), String> {
         | DataType::Float32
         | DataType::Float64 => Ok(()),
         // HF `Image`/`Audio` features: struct<bytes: binary, path: string>; the bytes are read.
-        DataType::Struct(children) if children.iter().any(|c| c.name() == "bytes") => Ok(()),
-        other => {
-            Err(format!("type {other} is not supported (text, binary, integer, float, boolean, or an HF image struct)"))
+        DataType::Struct(children) if children.iter().any(|c| c.name() == "bytes" && is_binary(c.data_type())) => {
+            Ok(())
         }
+        _ => Err("zephon reads string, binary, integer, float and boolean columns, and HF image structs \
+                  (struct<bytes: binary, ...>)"
+            .into()),
     }
 }
 
-/// The value of row `i` of `col`, or `None` when it is null.
-fn value_at(col: &dyn Array, i: usize) -> Option<Value> {
+/// Row `i` of `col` as a [`Cell`]. Types were checked at open; any other is refused, not
+/// dropped.
+fn value_at(col: &dyn Array, i: usize) -> Cell {
     if col.is_null(i) {
-        return None;
+        return Cell::Null;
     }
-    Some(match col.data_type() {
+    Cell::Value(match col.data_type() {
         DataType::Utf8 => Value::text(col.as_string::<i32>().value(i)),
         DataType::LargeUtf8 => Value::text(col.as_string::<i64>().value(i)),
         DataType::Utf8View => Value::text(col.as_string_view().value(i)),
         DataType::Binary => Value::Bytes(col.as_binary::<i32>().value(i).into()),
         DataType::LargeBinary => Value::Bytes(col.as_binary::<i64>().value(i).into()),
         DataType::BinaryView => Value::Bytes(col.as_binary_view().value(i).into()),
-        DataType::Boolean => Value::Int(col.as_boolean().value(i) as i64),
-        DataType::Int8 => Value::Int(col.as_primitive::<Int8Type>().value(i) as i64),
-        DataType::Int16 => Value::Int(col.as_primitive::<Int16Type>().value(i) as i64),
-        DataType::Int32 => Value::Int(col.as_primitive::<Int32Type>().value(i) as i64),
+        DataType::Boolean => return Cell::Bool(col.as_boolean().value(i)),
+        DataType::Int8 => Value::Int(col.as_primitive::<Int8Type>().value(i).into()),
+        DataType::Int16 => Value::Int(col.as_primitive::<Int16Type>().value(i).into()),
+        DataType::Int32 => Value::Int(col.as_primitive::<Int32Type>().value(i).into()),
         DataType::Int64 => Value::Int(col.as_primitive::<Int64Type>().value(i)),
-        DataType::UInt8 => Value::Int(col.as_primitive::<UInt8Type>().value(i) as i64),
-        DataType::UInt16 => Value::Int(col.as_primitive::<UInt16Type>().value(i) as i64),
-        DataType::UInt32 => Value::Int(col.as_primitive::<UInt32Type>().value(i) as i64),
-        DataType::UInt64 => Value::Int(col.as_primitive::<UInt64Type>().value(i) as i64),
-        DataType::Float32 => Value::Float(col.as_primitive::<Float32Type>().value(i) as f64),
+        DataType::UInt8 => Value::Int(col.as_primitive::<UInt8Type>().value(i).into()),
+        DataType::UInt16 => Value::Int(col.as_primitive::<UInt16Type>().value(i).into()),
+        DataType::UInt32 => Value::Int(col.as_primitive::<UInt32Type>().value(i).into()),
+        DataType::UInt64 => {
+            let v = col.as_primitive::<UInt64Type>().value(i);
+            // `as i64` would wrap ids above 2^63 to negative numbers.
+            return i64::try_from(v).map_or(Cell::TooBig(v), |v| Cell::Value(Value::Int(v)));
+        }
+        DataType::Float32 => Value::Float(col.as_primitive::<Float32Type>().value(i).into()),
         DataType::Float64 => Value::Float(col.as_primitive::<Float64Type>().value(i)),
         DataType::Struct(_) => {
-            let bytes = col.as_struct().column_by_name("bytes")?;
-            return value_at(bytes.as_ref(), i);
+            return match col.as_struct().column_by_name("bytes") {
+                Some(bytes) => value_at(bytes.as_ref(), i),
+                None => Cell::Unsupported("a struct without bytes"),
+            };
         }
-        _ => return None,
+        _ => return Cell::Unsupported("a column of a type zephon does not read"),
     })
 }

@@ -1,69 +1,505 @@
-//! What identifies a shard's content without reading all of it.
+//! What identifies a shard's content, the on-disk cache that makes knowing it cheap, and the
+//! cache's housekeeping (atomic writes, stale temporaries).
+//!
+//! A shard's version is the SHA-256 of all its bytes. Anything less (sizes, sampled windows,
+//! modification times) lets an edit through: a checkpoint would then restore on changed data
+//! and a JSONL offset index would be reused on the wrong file. Hashing a whole dataset is paid
+//! once per file version: the hash is cached under the file's path and its `stat` identity
+//! (device, inode, size, mtime and ctime in nanoseconds). ctime is in the key because no user
+//! tool can set it: an edit that restores the mtime still changes the ctime.
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 use zephon_core::ShardManifest;
 
-const WINDOW: u64 = 64 * 1024;
+const CONTENT_MAGIC: &str = "ZEPHON-CONTENT-HASH v1";
 
-/// A content key for a file: its size plus SHA-256 of three 64 KiB windows (start, middle,
-/// end), or of the whole file when it is smaller than that. Cheap at start-up on any dataset
-/// size; it changes with any append, truncation or rewrite that touches a window, and with
-/// any change at all to files under 192 KiB.
-pub(crate) fn content_key(path: &Path) -> std::io::Result<String> {
-    let mut f = fs::File::open(path)?;
-    let size = f.metadata()?.len();
-    let mut h = Sha256::new();
-    h.update(size.to_le_bytes());
-    let mut buf = vec![0u8; WINDOW as usize];
-    let starts: Vec<u64> = if size <= 3 * WINDOW { vec![0] } else { vec![0, size / 2 - WINDOW / 2, size - WINDOW] };
-    for start in starts {
-        f.seek(SeekFrom::Start(start))?;
-        let want = if size <= 3 * WINDOW { size as usize } else { WINDOW as usize };
-        if buf.len() < want {
-            buf.resize(want, 0);
-        }
-        f.read_exact(&mut buf[..want])?;
-        h.update(&buf[..want]);
-    }
-    Ok(format!("{size}:{}", hex::encode(&h.finalize()[..16])))
+/// How recent a change must be for a file to count as still changing. File systems stamp
+/// ctime from a clock that lags the real one by up to a tick (1–10 ms), so a second edit right
+/// after hashing can carry the same ctime as the version that was hashed; such a file's hash
+/// is not cached (git calls this "racily clean"). Generous, because it costs nothing on data
+/// that sits still.
+const RACY_WINDOW: Duration = Duration::from_millis(100);
+
+/// Temporaries older than this are removed whoever made them.
+const STALE_AGE: Duration = Duration::from_secs(24 * 3600);
+
+const CHUNK: usize = 1 << 20;
+
+/// A file version as the file system identifies it. When all of it is unchanged, so is the
+/// content (short of a clock set back or a raw disk write).
+#[derive(Clone, Debug)]
+pub(crate) struct Stat {
+    dev: u64,
+    ino: u64,
+    pub(crate) size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    /// The wall clock just before the file was stat'ed (not part of the identity).
+    observed_ns: i128,
 }
 
-/// A manifest entry for a shard file with `rows` rows.
-pub(crate) fn manifest_entry(path: &Path, rows: u64) -> std::io::Result<ShardManifest> {
-    let bytes = fs::metadata(path)?.len();
-    Ok(ShardManifest { path: path.display().to_string(), rows, bytes, version: content_key(path)? })
+impl Stat {
+    /// The identity of the file `file`.
+    pub(crate) fn of(file: &fs::File) -> io::Result<Stat> {
+        let observed_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+        let meta = file.metadata()?;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Ok(Stat {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            observed_ns,
+        })
+    }
+
+    fn same_version(&self, other: &Stat) -> bool {
+        self.line() == other.line()
+    }
+
+    /// Whether a change after this stat could carry the same ctime (see [`RACY_WINDOW`]).
+    fn racy(&self) -> bool {
+        self.ctime_ns >= self.observed_ns - RACY_WINDOW.as_nanos() as i128
+    }
+
+    fn line(&self) -> String {
+        format!("dev {} ino {} size {} mtime {} ctime {}", self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+    }
+}
+
+/// Opens a shard for reading, refusing what is not a regular file: opening a FIFO blocks until
+/// someone writes to it, so a FIFO named `x.jsonl` would hang the run instead of failing it.
+pub(crate) fn open_regular(path: &Path) -> io::Result<(fs::File, Stat)> {
+    let meta = fs::metadata(path)?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() { "a directory" } else { "not a regular file (a FIFO, socket or device?)" };
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+    }
+    let file = fs::File::open(path)?;
+    // The name may have been swapped between the check and the open: check what was opened.
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let stat = Stat::of(&file)?;
+    Ok((file, stat))
+}
+
+/// A shard's content hash and how it was obtained.
+pub(crate) struct Hashed {
+    /// `sha256:<hex>` of every byte of the file.
+    pub(crate) hash: String,
+    /// Whether the file was read to compute it (so `also` saw every byte), rather than found
+    /// in the cache.
+    pub(crate) read_through: bool,
+    /// Bytes read when `read_through`.
+    pub(crate) bytes_read: u64,
+}
+
+/// The content hash of `file` (opened from `path`, with `stat`): from the cache under `cache`
+/// when this exact file version was hashed before, else by reading it once, handing each piece
+/// to `also` too (so a caller can index while the file is hashed).
+pub(crate) fn content_hash(
+    file: &fs::File,
+    path: &Path,
+    stat: &Stat,
+    cache: &Path,
+    also: &mut dyn FnMut(&[u8]),
+) -> io::Result<Hashed> {
+    let entry = content_entry_path(cache, path, stat);
+    let header = content_header(path, stat);
+    if let Some(hash) = load_content_entry(&entry, &header) {
+        return Ok(Hashed { hash, read_through: false, bytes_read: 0 });
+    }
+    let mut reader = HashingReader::new(file);
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match io::Read::read(&mut reader, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        also(&buf[..n]);
+    }
+    let (hash, at) = reader.finish()?;
+    #[cfg(test)]
+    HASHES_COMPUTED.with(|c| c.set(c.get() + 1));
+    // Cached only when the file did not change while it was read and is not racily recent.
+    let unchanged = Stat::of(file).is_ok_and(|after| after.same_version(stat));
+    if unchanged && at == stat.size && !stat.racy() {
+        // A cache that cannot be written (read-only disk) only costs a rehash next time.
+        let _ = write_atomic(&entry, |f| io::Write::write_all(f, format!("{header}{hash}\n").as_bytes()));
+    }
+    Ok(Hashed { hash, read_through: true, bytes_read: at })
+}
+
+/// Reads a file from its start (with positioned reads, leaving the descriptor's offset alone)
+/// through SHA-256, so that whatever consumes the bytes (a decompressor) also proves which
+/// content it consumed.
+pub(crate) struct HashingReader<'a> {
+    file: &'a fs::File,
+    h: Sha256,
+    pos: u64,
+}
+
+impl<'a> HashingReader<'a> {
+    pub(crate) fn new(file: &'a fs::File) -> Self {
+        HashingReader { file, h: Sha256::new(), pos: 0 }
+    }
+
+    /// `sha256:<hex>` of the whole file (the part not read yet is read now), and its length.
+    pub(crate) fn finish(&mut self) -> io::Result<(String, u64)> {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match io::Read::read(self, &mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((format!("sha256:{}", hex::encode(self.h.finalize_reset())), self.pos))
+    }
+}
+
+impl io::Read for HashingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.h.update(&buf[..n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Hashes computed on this thread: evidence for tests that a cached hash was used.
+    static HASHES_COMPUTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn content_header(path: &Path, stat: &Stat) -> String {
+    format!("{CONTENT_MAGIC}\n{}\n{}\n", absolute(path).display(), stat.line())
+}
+
+fn content_entry_path(cache: &Path, path: &Path, stat: &Stat) -> PathBuf {
+    let mut h = Sha256::new();
+    h.update(content_header(path, stat).as_bytes());
+    cache.join("content").join(hex::encode(&h.finalize()[..16]))
+}
+
+fn load_content_entry(entry: &Path, header: &str) -> Option<String> {
+    let text = fs::read_to_string(entry).ok()?;
+    let hash = text.strip_prefix(header)?.strip_suffix('\n')?;
+    let hex = hash.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hash.to_string())
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The hex digits of a `sha256:<hex>` content hash, for cache file names.
+pub(crate) fn hash_hex(hash: &str) -> &str {
+    hash.strip_prefix("sha256:").unwrap_or(hash)
+}
+
+/// A manifest entry for a shard file.
+pub(crate) fn manifest_entry(path: &Path, rows: u64, stat: &Stat, hash: String) -> ShardManifest {
+    ShardManifest { path: path.display().to_string(), rows, bytes: stat.size, version: hash }
 }
 
 /// The directory for index and decompression caches: `ZEPHON_CACHE`, else
 /// `$XDG_CACHE_HOME/zephon`, else `~/.cache/zephon`.
-pub(crate) fn default_cache_dir() -> std::path::PathBuf {
+pub(crate) fn default_cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("ZEPHON_CACHE") {
         return d.into();
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
     base.join("zephon")
 }
 
-/// Writes `bytes` to `path` atomically (temporary name in the same folder, then rename), so
-/// concurrent ranks building the same cache entry never see a half-written file.
-pub(crate) fn write_atomic(
-    path: &Path,
-    write: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+/// The cache folders each kind of dataset writes to.
+pub(crate) const CONTENT_DIR: &str = "content";
+
+/// Removes a temporary when dropped, unless it was renamed into place: an error or a panic
+/// half-way through a write leaves nothing behind.
+struct Temporary(Option<PathBuf>);
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// Writes `path` atomically (a temporary in the same folder, then rename), so concurrent ranks
+/// building the same cache entry never see a half-written file. The temporary is removed on
+/// every error.
+pub(crate) fn write_atomic(path: &Path, write: impl FnOnce(&mut fs::File) -> io::Result<()>) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
-    let tmp = path.with_extension(format!("tmp.{}.{:?}", std::process::id(), std::thread::current().id()));
-    let mut f = fs::File::create(&tmp)?;
+    let tmp = temporary_name(path);
+    let mut guard = Temporary(Some(tmp.clone()));
+    let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
     write(&mut f)?;
     f.sync_all()?;
     drop(f);
-    fs::rename(&tmp, path)
+    fs::rename(&tmp, path)?;
+    guard.0 = None;
+    Ok(())
+}
+
+/// `<name>.tmp.<host>.<pid>.<n>`: `host` tells whether `pid` is a process this one can see.
+fn temporary_name(path: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!("{name}.tmp.{}.{}.{n}", process_space(), std::process::id()))
+}
+
+/// Names the process-id space this process lives in: the kernel boot and the pid namespace.
+/// Two processes with the same tag see the same `/proc`; ranks in other containers or on other
+/// hosts sharing the cache folder get other tags, so their live temporaries are never taken
+/// for dead ones. `0` when unknown (liveness is then never judged by pid).
+fn process_space() -> &'static str {
+    static TAG: OnceLock<String> = OnceLock::new();
+    TAG.get_or_init(|| {
+        let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+        let ns = fs::read_link("/proc/self/ns/pid").ok();
+        match (boot, ns) {
+            (Some(b), Some(n)) => {
+                let mut h = Sha256::new();
+                h.update(b.trim().as_bytes());
+                h.update(n.to_string_lossy().as_bytes());
+                hex::encode(&h.finalize()[..6])
+            }
+            _ => "0".to_string(),
+        }
+    })
+}
+
+/// Removes temporaries left in `dirs` by writers that died (a killed rank, a full disk before
+/// the error path existed): those of a process of this pid space that no longer runs, and any
+/// older than a day.
+pub(crate) fn remove_stale_temporaries(dirs: &[PathBuf]) {
+    let here = process_space();
+    let now = SystemTime::now();
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(dir) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Some((space, pid)) = parse_temporary(&name) else { continue };
+            // Names from before the space tag (`<key>.tmp.<pid>.ThreadId(n)`) are judged as
+            // this space's: they were written by an older zephon on this machine.
+            let ours = space.is_none_or(|s| s == here && here != "0");
+            let dead = ours && !Path::new(&format!("/proc/{pid}")).exists();
+            let old = || {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_some_and(|age| age > STALE_AGE)
+            };
+            if dead || old() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// `(space tag, pid)` of a temporary's name: `<target>.tmp.<space>.<pid>.<n>`, or `(None,
+/// pid)` for the older `<target>.tmp.<pid>.ThreadId(<n>)`.
+fn parse_temporary(name: &str) -> Option<(Option<&str>, u32)> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = name.rsplitn(5, '.').collect();
+    match parts[..] {
+        [n, pid, space, "tmp", _target] if digits(n) && digits(pid) => Some((Some(space), pid.parse().ok()?)),
+        [thread, pid, "tmp", ..]
+            if thread.strip_prefix("ThreadId(").and_then(|t| t.strip_suffix(')')).is_some_and(digits)
+                && digits(pid) =>
+        {
+            Some((None, pid.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// `f(0..n)` on up to 8 threads, results in order. On errors, the one of the lowest index is
+/// returned (and higher indexes are not started), so the message does not depend on timing.
+pub(crate) fn map_parallel<T: Send, E: Send>(n: usize, f: impl Fn(usize) -> Result<T, E> + Sync) -> Result<Vec<T>, E> {
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(8).min(n);
+    if threads <= 1 {
+        return (0..n).map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let first_error = AtomicUsize::new(usize::MAX);
+    let mut slots: Vec<Option<Result<T, E>>> = (0..n).map(|_| None).collect();
+    let results: Vec<Vec<(usize, Result<T, E>)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n || i > first_error.load(Ordering::Relaxed) {
+                            return done;
+                        }
+                        let r = f(i);
+                        if r.is_err() {
+                            first_error.fetch_min(i, Ordering::Relaxed);
+                        }
+                        done.push((i, r));
+                    }
+                })
+            })
+            .collect();
+        // A worker that panicked re-raises here: `f` is ours and does not panic on data.
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    for (i, r) in results.into_iter().flatten() {
+        slots[i] = Some(r);
+    }
+    let mut out = Vec::with_capacity(n);
+    for slot in slots {
+        match slot {
+            Some(Ok(v)) => out.push(v),
+            Some(Err(e)) => return Err(e),
+            // Not started because an earlier index failed, which the loop has returned.
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) fn hashes_computed() -> u64 {
+    HASHES_COMPUTED.with(|c| c.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits out the racy window: ctime cannot be set back.
+    fn settle() {
+        std::thread::sleep(RACY_WINDOW + Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_hash_is_computed_once_per_file_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (p, cache) = (tmp.path().join("x.jsonl"), tmp.path().join("cache"));
+        fs::write(&p, b"{\"text\": \"hello\"}\n").unwrap();
+        settle();
+        let hash = |also: &mut dyn FnMut(&[u8])| {
+            let (f, stat) = open_regular(&p).unwrap();
+            content_hash(&f, &p, &stat, &cache, also).unwrap()
+        };
+        let before = hashes_computed();
+        let mut seen = 0;
+        let first = hash(&mut |b| seen += b.len());
+        assert!(first.read_through);
+        assert_eq!(seen, 18, "`also` saw every byte");
+        let again = hash(&mut |_| panic!("not read again"));
+        assert!(!again.read_through);
+        assert_eq!(again.hash, first.hash);
+        assert_eq!(hashes_computed(), before + 1);
+        let want = format!("sha256:{}", hex::encode(Sha256::digest(b"{\"text\": \"hello\"}\n")));
+        assert_eq!(first.hash, want);
+
+        // The same size and mtime, another byte: the ctime gives it away.
+        let mtime = fs::metadata(&p).unwrap().modified().unwrap();
+        fs::write(&p, b"{\"text\": \"hellO\"}\n").unwrap();
+        fs::File::options().write(true).open(&p).unwrap().set_modified(mtime).unwrap();
+        let changed = hash(&mut |_| {});
+        assert!(changed.read_through);
+        assert_ne!(changed.hash, first.hash);
+    }
+
+    #[test]
+    fn a_racily_recent_file_is_not_cached() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (p, cache) = (tmp.path().join("x.jsonl"), tmp.path().join("cache"));
+        fs::write(&p, b"{}\n").unwrap();
+        for _ in 0..2 {
+            let (f, stat) = open_regular(&p).unwrap();
+            assert!(content_hash(&f, &p, &stat, &cache, &mut |_| {}).unwrap().read_through);
+        }
+        assert!(!cache.join(CONTENT_DIR).exists() || fs::read_dir(cache.join(CONTENT_DIR)).unwrap().count() == 0);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_not_waited_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("pipe.jsonl");
+        let ok = std::process::Command::new("mkfifo").arg(&p).status().map(|s| s.success()).unwrap_or(false);
+        if !ok {
+            return;
+        }
+        let err = open_regular(&p).err().unwrap().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        let err = open_regular(tmp.path()).err().unwrap().to_string();
+        assert!(err.contains("a directory"), "{err}");
+    }
+
+    #[test]
+    fn write_atomic_leaves_nothing_on_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("d").join("entry");
+        let err = write_atomic(&target, |_| Err(io::Error::other("boom"))).unwrap_err();
+        assert_eq!(err.to_string(), "boom");
+        assert_eq!(fs::read_dir(tmp.path().join("d")).unwrap().count(), 0);
+        write_atomic(&target, |f| io::Write::write_all(f, b"ok")).unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"ok");
+        assert_eq!(fs::read_dir(tmp.path().join("d")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn temporaries_of_dead_processes_and_old_ones_are_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let here = process_space();
+        let me = std::process::id();
+        // A pid above the kernel's maximum (4194304) never runs.
+        let dead = dir.join(format!("k.idx.tmp.{here}.4294967295.0"));
+        let alive = dir.join(format!("k.idx.tmp.{here}.{me}.0"));
+        let elsewhere = dir.join("k.idx.tmp.abcdef012345.4294967295.0");
+        let old_elsewhere = dir.join("j.idx.tmp.abcdef012345.4294967295.1");
+        let not_ours = dir.join("notes.tmp.txt");
+        let legacy_dead = dir.join("k.tmp.4294967295.ThreadId(1)");
+        let legacy_alive = dir.join(format!("k.tmp.{me}.ThreadId(2)"));
+        for p in [&dead, &alive, &elsewhere, &old_elsewhere, &not_ours, &legacy_dead, &legacy_alive] {
+            fs::write(p, b"x").unwrap();
+        }
+        let two_days = SystemTime::now() - Duration::from_secs(48 * 3600);
+        fs::File::options().write(true).open(&old_elsewhere).unwrap().set_modified(two_days).unwrap();
+        remove_stale_temporaries(std::slice::from_ref(&dir));
+        assert!(!dead.exists() || here == "0");
+        assert!(alive.exists() && elsewhere.exists() && not_ours.exists() && legacy_alive.exists());
+        assert!(!old_elsewhere.exists() && !legacy_dead.exists());
+    }
+
+    #[test]
+    fn map_parallel_keeps_order_and_reports_the_first_error() {
+        let ok: Result<Vec<usize>, usize> = map_parallel(100, |i| Ok(i * 2));
+        assert_eq!(ok.unwrap(), (0..100).map(|i| i * 2).collect::<Vec<_>>());
+        let err = map_parallel(100, |i| if i % 30 == 17 { Err(i) } else { Ok(i) });
+        assert_eq!(err, Err(17));
+        assert_eq!(map_parallel::<u8, u8>(0, |_| Ok(0)), Ok(vec![]));
+    }
 }

@@ -54,9 +54,14 @@ fn run(spec: RunSpec) -> Result<u64, String> {
 }
 
 fn check_case(bad: &[u8], expect: &str) {
+    check_case_with(Fields::default(), bad, expect);
+}
+
+/// Row 23 is `bad`: the run stops with `expect` naming dataset, shard and row, or skips it.
+fn check_case_with(fields: Fields, bad: &[u8], expect: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let path = shard_with(tmp.path(), bad);
-    let opts = DatasetOptions { cache_dir: Some(tmp.path().join("cache")), ..DatasetOptions::default() };
+    let opts = DatasetOptions { fields, cache_dir: Some(tmp.path().join("cache")), ..DatasetOptions::default() };
     let err = run(spec_for(open("bad-input", &path, &opts).unwrap(), BadRecords::Fail)).unwrap_err();
     assert!(err.contains("bad-input shard 0 row 23"), "{err}");
     assert!(err.contains(expect), "{err}");
@@ -82,6 +87,100 @@ fn a_missing_text_field() {
 #[test]
 fn text_that_is_not_a_string() {
     check_case(br#"{"id": 23, "text": 42}"#, "is an integer, not text");
+}
+
+#[test]
+fn a_text_that_is_a_json_array_or_object_is_not_tokenized_as_json() {
+    check_case(br#"{"id": 23, "text": ["hello", "world"]}"#, r#"field "text" is a JSON array, not text"#);
+    check_case(br#"{"id": 23, "text": {"en": "hello"}}"#, r#"field "text" is a JSON object, not text"#);
+}
+
+#[test]
+fn a_null_text_says_null_not_missing() {
+    check_case(br#"{"id": 23, "text": null}"#, r#"field "text" is null"#);
+}
+
+#[test]
+fn a_boolean_text_says_boolean() {
+    check_case(br#"{"id": 23, "text": true}"#, r#"field "text" is a boolean, not text"#);
+}
+
+#[test]
+fn an_array_in_an_extra_field_is_a_bad_record() {
+    let fields = Fields { extra: vec!["id".into(), "tags".into()], ..Fields::default() };
+    check_case_with(
+        fields,
+        br#"{"id": 23, "text": "fine", "tags": ["a", "b"]}"#,
+        r#"field "tags" is a JSON array; zephon reads strings, numbers and booleans"#,
+    );
+}
+
+#[test]
+fn an_integer_beyond_i64_is_refused_not_rounded() {
+    // Stored as a float it would come back as 18446744073709552000.
+    let fields = Fields { extra: vec!["id".into()], ..Fields::default() };
+    check_case_with(
+        fields,
+        br#"{"id": 18446744073709551615, "text": "fine"}"#,
+        r#"field "id" is 18446744073709551615"#,
+    );
+}
+
+#[test]
+fn a_field_given_twice_is_ambiguous() {
+    check_case(br#"{"id": 23, "text": "one", "text": "two"}"#, r#"field "text" appears twice"#);
+}
+
+#[test]
+fn every_message_names_the_configured_text_field() {
+    let body = || Fields { text: Some("body".into()), ..Fields::default() };
+    for (row, want) in [
+        (&br#"{"id": 23, "body": null}"#[..], r#"field "body" is null"#),
+        (br#"{"id": 23, "body": 7}"#, r#"field "body" is an integer, not text"#),
+        (br#"{"id": 23, "body": false}"#, r#"field "body" is a boolean, not text"#),
+        (br#"{"id": 23, "body": ["x"]}"#, r#"field "body" is a JSON array, not text"#),
+        (br#"{"id": 23, "body": ""}"#, r#"field "body" is """#),
+        (br#"{"id": 23, "text": "the wrong field"}"#, r#"no field "body""#),
+    ] {
+        // The other rows have "text", not "body": give them a body too.
+        let tmp = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        for i in 0..40 {
+            if i == 23 {
+                bytes.extend_from_slice(row);
+            } else {
+                bytes.extend_from_slice(format!(r#"{{"id": {i}, "body": "row {i}"}}"#).as_bytes());
+            }
+            bytes.push(b'\n');
+        }
+        let path = tmp.path().join("body.jsonl");
+        fs::write(&path, bytes).unwrap();
+        let opts =
+            DatasetOptions { fields: body(), cache_dir: Some(tmp.path().join("cache")), ..DatasetOptions::default() };
+        // Read directly: the test operators tokenize a field named "text".
+        let ds = Datasets::new(vec![open("bodies", &path, &opts).unwrap()]);
+        let err = ds.read(&[SampleId::new(0, 0, 23)]).remove(0).unwrap_err().to_string();
+        assert!(err.contains(want), "{err}");
+        assert!(!err.contains(r#""text""#), "{err}");
+    }
+}
+
+#[test]
+fn a_leading_byte_order_mark_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = tmp.path().join("bom.jsonl");
+    fs::write(&plain, "\u{FEFF}{\"text\": \"first\"}\r\n{\"text\": \"second\"}\r\n").unwrap();
+    let gz = tmp.path().join("bom.jsonl.gz");
+    let mut enc = flate2::write::GzEncoder::new(fs::File::create(&gz).unwrap(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut enc, &fs::read(&plain).unwrap()).unwrap();
+    enc.finish().unwrap();
+    let opts = DatasetOptions { cache_dir: Some(tmp.path().join("cache")), ..DatasetOptions::default() };
+    for path in [plain, gz] {
+        let ds = Datasets::new(vec![open("bom", &path, &opts).unwrap()]);
+        let rows = ds.read(&[SampleId::new(0, 0, 0), SampleId::new(0, 0, 1)]);
+        let texts: Vec<_> = rows.into_iter().map(|r| r.map(|r| r.str("text").map(String::from))).collect();
+        assert_eq!(texts, vec![Ok(Some("first".into())), Ok(Some("second".into()))], "{}", path.display());
+    }
 }
 
 #[test]
@@ -168,6 +267,48 @@ fn a_shard_changed_under_a_checkpoint() {
         .unwrap()
         .to_string();
     assert!(err.contains("dataset corpus changed: shard 0 was"), "{err}");
+}
+
+/// A FIFO named like a shard: opening it for reading would wait for a writer forever.
+#[test]
+fn a_fifo_named_like_a_shard_is_refused_not_waited_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("part-00000.jsonl");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success());
+    assert!(made, "mkfifo");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (path, cache) = (fifo.clone(), tmp.path().join("cache"));
+    std::thread::spawn(move || {
+        let opts = DatasetOptions { cache_dir: Some(cache), ..DatasetOptions::default() };
+        let _ = tx.send(open("fifo", &path, &opts).err().map(|e| e.to_string()));
+    });
+    let err = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("open returned").unwrap();
+    assert!(err.contains("dataset fifo") && err.contains("not a regular file"), "{err}");
+}
+
+/// A damaged cached index (offsets out of order) is rebuilt, not trusted: trusted, it made a
+/// row of negative length.
+#[test]
+fn a_damaged_cached_index_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = shard_with(tmp.path(), br#"{"id": 23, "text": "fine"}"#);
+    let opts = DatasetOptions { cache_dir: Some(tmp.path().join("cache")), ..DatasetOptions::default() };
+    let read_all = || {
+        let ds = Datasets::new(vec![open("damaged", &path, &opts).unwrap()]);
+        let ids: Vec<_> = (0..ds.manifests()[0].rows()).map(|r| SampleId::new(0, 0, r)).collect();
+        ds.read(&ids).into_iter().map(|r| r.map(|r| r.str("text").map(String::from))).collect::<Vec<_>>()
+    };
+    let want = read_all();
+    assert_eq!(want.len(), 40);
+    let index = fs::read_dir(tmp.path().join("cache/jsonl-index")).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = fs::read(&index).unwrap();
+    let body = bytes.len() - 40 * 8;
+    bytes[body..]
+        .chunks_exact_mut(8)
+        .enumerate()
+        .for_each(|(i, c)| c.copy_from_slice(&(1000 - i as u64 * 7).to_le_bytes()));
+    fs::write(&index, bytes).unwrap();
+    assert_eq!(read_all(), want);
 }
 
 fn opts_exec() -> ExecOptions {

@@ -1,6 +1,8 @@
 //! zephon-io integration tests, on the real corpora fetched by `scripts/fetch-testdata.sh`.
 
 mod bad_input;
+mod cache;
 mod data;
 mod formats;
 mod invariants;
+mod parquet_columns;
