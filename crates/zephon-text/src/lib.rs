@@ -39,5 +39,5 @@ mod split;
 mod tokenize;
 mod tokenizer;
 
-pub use tokenize::{LongDocuments, Tokenize};
+pub use tokenize::{ImagePlaceholders, LongDocuments, Tokenize};
 pub use tokenizer::{CheckReport, Error, Mismatch, Tokenizer};

@@ -1,6 +1,6 @@
 //! The tokenize operator.
 
-use zephon_core::{Field, Fragment, Lineage, OpError, Operator, Record, Span, Value};
+use zephon_core::{Attachment, Field, Fragment, Lineage, OpError, Operator, Record, Span, Value};
 
 use crate::tokenizer::{Error, Tokenizer};
 
@@ -35,6 +35,49 @@ pub struct Tokenize {
     bos: Option<(String, u32)>,
     eos: Option<(String, u32)>,
     long: LongDocuments,
+    images: Option<ImagePlaceholders>,
+}
+
+/// How images a record carries (attachments of one kind, each with an `image_tokens` count set
+/// by the image operator) become placeholder tokens in the text.
+///
+/// Each `marker` in the text (`<image>`) stands for the record's next image, in item order;
+/// it is replaced by `[start] placeholder × image_tokens [end]`, and the image is placed on
+/// that span, atomic (no split or row boundary cuts it). A text without markers gets its
+/// images first, before the text (image-caption pairs). Any other count of markers than
+/// images is a bad record. Text between markers is tokenized piece by piece, as a tokenizer
+/// that treats the placeholder as an added token would.
+#[derive(Clone, Debug)]
+pub struct ImagePlaceholders {
+    kind: Field,
+    marker: String,
+    placeholder: (String, u32),
+    start: Option<(String, u32)>,
+    end: Option<(String, u32)>,
+}
+
+impl ImagePlaceholders {
+    /// Images of kind `kind` (`image`), marked by `marker` in the text, replaced by token
+    /// `placeholder` (an added token of `tokenizer`, e.g. `<image>` or `<|image_pad|>`).
+    pub fn new(tokenizer: &Tokenizer, kind: &str, marker: &str, placeholder: &str) -> Result<Self, Error> {
+        if marker.is_empty() {
+            return Err(Error::Config("the image marker must not be empty".into()));
+        }
+        Ok(ImagePlaceholders {
+            kind: Field::new(kind),
+            marker: marker.to_string(),
+            placeholder: (placeholder.to_string(), tokenizer.token_id(placeholder)?),
+            start: None,
+            end: None,
+        })
+    }
+
+    /// Tokens around each image's placeholders (Qwen2-VL: `<|vision_start|>`, `<|vision_end|>`).
+    pub fn around(mut self, tokenizer: &Tokenizer, start: &str, end: &str) -> Result<Self, Error> {
+        self.start = Some((start.to_string(), tokenizer.token_id(start)?));
+        self.end = Some((end.to_string(), tokenizer.token_id(end)?));
+        Ok(self)
+    }
 }
 
 impl Tokenize {
@@ -48,6 +91,7 @@ impl Tokenize {
             bos: None,
             eos: None,
             long: LongDocuments::Keep,
+            images: None,
         }
     }
 
@@ -83,6 +127,13 @@ impl Tokenize {
         Ok(self)
     }
 
+    /// Places the record's images in the token stream (see [`ImagePlaceholders`]).
+    #[must_use]
+    pub fn images(mut self, images: ImagePlaceholders) -> Self {
+        self.images = Some(images);
+        self
+    }
+
     /// Sets the long-document policy.
     pub fn long_documents(mut self, policy: LongDocuments) -> Result<Self, Error> {
         if matches!(policy, LongDocuments::Split { max_tokens: 0 } | LongDocuments::Truncate { max_tokens: 0 }) {
@@ -110,14 +161,15 @@ impl Operator for Tokenize {
 
     fn fingerprint(&self) -> String {
         format!(
-            "tokenizer_sha256={} field={} dataset_fields={:?} output={} bos={:?} eos={:?} long={:?}",
-            self.tokenizer.sha256(),
+            "{} field={} dataset_fields={:?} output={} bos={:?} eos={:?} long={:?} images={:?}",
+            self.tokenizer.fingerprint(),
             self.field,
             self.dataset_fields,
             self.output,
             self.bos,
             self.eos,
-            self.long
+            self.long,
+            self.images.as_ref().map(|i| (&i.kind, &i.marker, &i.placeholder, &i.start, &i.end))
         )
     }
 
@@ -138,7 +190,21 @@ impl Operator for Tokenize {
             special(&self.bos),
             special(&self.eos),
             self.long
-        )
+        ) + &self
+            .images
+            .as_ref()
+            .map(|im| {
+                format!(
+                    ", {} {:?} markers become {}{}{}",
+                    im.kind,
+                    im.marker,
+                    im.start.as_ref().map_or(String::new(), |s| format!("{} ", s.0)),
+                    format!("{} × image_tokens", im.placeholder.0),
+                    im.end.as_ref().map_or(String::new(), |e| format!(" {}", e.0)),
+                )
+            })
+            .unwrap_or_default()
+            + &self.tokenizer.load_notes().iter().map(|n| format!("; {n}")).collect::<String>()
     }
 
     fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
@@ -158,6 +224,70 @@ impl Operator for Tokenize {
 }
 
 impl Tokenize {
+    /// The ids of `text` with the record's images in it: each marker (or, with none, the
+    /// start) becomes the image's placeholder run, and the image is placed on that span
+    /// (positions counted after a BOS, when there is one).
+    fn encode_with_images(
+        &self,
+        text: &str,
+        im: &ImagePlaceholders,
+        record: &mut Record,
+        bos: bool,
+    ) -> Result<Vec<u32>, String> {
+        let mut images: Vec<Attachment> = Vec::new();
+        let mut others = Vec::new();
+        for a in record.take_attachments() {
+            if a.kind() == &im.kind { images.push(a) } else { others.push(a) }
+        }
+        images.sort_by_key(Attachment::item);
+        let pieces: Vec<&str> = text.split(im.marker.as_str()).collect();
+        let markers = pieces.len() - 1;
+        if markers != 0 && markers != images.len() {
+            return Err(format!("the text has {markers} {:?} markers for {} images", im.marker, images.len()));
+        }
+        let mut ids: Vec<u32> = Vec::with_capacity(text.len() / 3 + 16);
+        let offset = bos as u32;
+        let place = |ids: &mut Vec<u32>, a: Attachment| -> Result<Attachment, String> {
+            let n = match a.get("image_tokens") {
+                Some(Value::Int(n)) if *n > 0 => *n as usize,
+                _ => {
+                    return Err(format!(
+                        "{} #{} has no image_tokens: put the images operator before tokenize",
+                        im.kind,
+                        a.item()
+                    ));
+                }
+            };
+            let start = ids.len() as u32 + offset;
+            ids.extend(im.start.as_ref().map(|s| s.1));
+            ids.extend(std::iter::repeat_n(im.placeholder.1, n));
+            ids.extend(im.end.as_ref().map(|e| e.1));
+            let len = ids.len() as u32 + offset - start;
+            let span = Span::at(start, len).ok_or_else(|| "an image span overflows".to_string())?;
+            Ok(a.placed(span, true))
+        };
+        let mut placed = Vec::with_capacity(images.len());
+        let mut images = images.into_iter();
+        if markers == 0 {
+            for a in images.by_ref() {
+                placed.push(place(&mut ids, a)?);
+            }
+        }
+        for (i, piece) in pieces.iter().enumerate() {
+            if i > 0 {
+                let a = images.next().ok_or_else(|| "more markers than images".to_string())?;
+                placed.push(place(&mut ids, a)?);
+            }
+            if !piece.is_empty() {
+                ids.extend(self.tokenizer.encode(piece)?);
+            }
+        }
+        for a in placed.into_iter().chain(others) {
+            record.attach(a);
+        }
+        Ok(ids)
+    }
+
     /// Tokenizes `record`; with `need`, only as far as the first `need` tokens (pieces past
     /// them are not produced, and a document cut short gets no EOS).
     ///
@@ -177,15 +307,26 @@ impl Tokenize {
             }
             None => return Err(OpError::Data(format!("no field {:?}", field.as_str()))),
         };
-        if record.attachments().iter().any(|a| a.span().is_none()) {
+        let has_images = match &self.images {
+            Some(im) => record.attachments().iter().any(|a| a.kind() == &im.kind),
+            None => false,
+        };
+        if record
+            .attachments()
+            .iter()
+            .any(|a| a.span().is_none() && self.images.as_ref().is_none_or(|im| a.kind() != &im.kind))
+        {
             return Err(OpError::Fatal(
-                "the record carries attachments with no place in the text; tokenize cannot place them".into(),
+                "the record carries attachments with no place in the text, and tokenize places none of that kind (set images on tokenize)".into(),
             ));
         }
         let bos = self.bos.as_ref().map(|b| b.1);
-        let (mut ids, whole) = match need {
-            Some(n) => self.tokenizer.encode_prefix(&text, n.saturating_sub(bos.is_some() as usize)),
-            None => self.tokenizer.encode(&text).map(|ids| (ids, true)),
+        let (mut ids, whole) = match (need, &self.images) {
+            (_, Some(im)) if has_images => {
+                self.encode_with_images(&text, im, &mut record, bos.is_some()).map(|ids| (ids, true))
+            }
+            (Some(n), _) => self.tokenizer.encode_prefix(&text, n.saturating_sub(bos.is_some() as usize)),
+            (None, _) => self.tokenizer.encode(&text).map(|ids| (ids, true)),
         }
         .map_err(|e| OpError::Data(format!("tokenizer failed: {e}")))?;
         drop(text);

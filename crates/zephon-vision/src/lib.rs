@@ -38,8 +38,10 @@
 //! # }
 //! ```
 //!
-//! This crate is not the engine: it knows nothing of records, datasets, placeholders in token
-//! streams or batches; the operators that put images into records build on it. It does no colour
+//! [`Images`] is the engine operator built on these: it turns the image attachments a reader
+//! put on a record into `pixel_values`, `image_grid_thw` and a placeholder count, in the
+//! parallel part of the pipeline. This crate knows no datasets, placeholders in token streams
+//! or batches (the tokenizer places images; packers move them). It does no colour
 //! management (ICC profiles are ignored, as Pillow's `convert` ignores them) and decodes no GIF,
 //! WebP or video.
 
@@ -51,6 +53,7 @@ mod error;
 mod image;
 mod jpeg;
 pub mod normalize;
+mod op;
 mod orientation;
 pub mod patch;
 mod png;
@@ -65,5 +68,8 @@ pub use error::{ErrorKind, Format, Result, VisionError};
 pub use half;
 pub use image::{PixelLimit, RgbImage};
 pub use jpeg::JpegBackend;
+/// Attachment value names the readers and this crate share.
+pub use op::BYTES;
+pub use op::{IMAGE_GRID_THW, IMAGE_TOKENS, ImageTokens, Images, ImagesConfig, PIXEL_VALUES, PixelLayout, SOURCE};
 pub use orientation::Orientation;
 pub use smart::{SmartResize, smart_resize};

@@ -44,4 +44,6 @@ pub use zephon_io::{self as io, Fields};
 pub use zephon_mix::{self as mix, EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
 pub use zephon_pack::{self as pack, Algorithm, LongDocs, Pack, PackConfig};
 #[cfg(feature = "text")]
-pub use zephon_text::{self as text, LongDocuments, Tokenize, Tokenizer};
+pub use zephon_text::{self as text, ImagePlaceholders, LongDocuments, Tokenize, Tokenizer};
+#[cfg(feature = "vision")]
+pub use zephon_vision::{self as vision, ImageTokens, Images, ImagesConfig, PixelLayout};

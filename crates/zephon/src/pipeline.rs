@@ -26,6 +26,8 @@ enum Stage {
         slack_tokens: u64,
         hold: usize,
     },
+    #[cfg(feature = "vision")]
+    Images(zephon_vision::Images),
     Pack(Pack),
     Shuffle(usize),
     Custom(Arc<dyn Operator>),
@@ -82,6 +84,15 @@ impl Pipeline {
     #[must_use]
     pub fn tokenize(mut self, tokenize: zephon_text::Tokenize) -> Self {
         self.stages.push(Stage::Tokenize(tokenize));
+        self
+    }
+
+    /// Decodes, resizes and normalises the images records carry (the parallel part, before
+    /// `tokenize`, which places each image's placeholder tokens).
+    #[cfg(feature = "vision")]
+    #[must_use]
+    pub fn images(mut self, images: zephon_vision::Images) -> Self {
+        self.stages.push(Stage::Images(images));
         self
     }
 
@@ -177,6 +188,7 @@ impl Pipeline {
     fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>) -> Result<Assembled> {
         let m = &self.mixture;
         m.check().map_err(Error::Build)?;
+        self.check_order()?;
         let opened = m
             .datasets
             .iter()
@@ -242,6 +254,8 @@ impl Pipeline {
                     })?;
                     Arc::new(EnsureMixture::new(&shares, *slack_tokens, *hold)?)
                 }
+                #[cfg(feature = "vision")]
+                Stage::Images(op) => Arc::new(op.clone()),
                 Stage::Pack(p) => Arc::new(p.clone()),
                 Stage::Shuffle(n) => Arc::new(Shuffle::new(*n)?),
                 Stage::Custom(op) => op.clone(),
@@ -259,6 +273,25 @@ impl Pipeline {
         let ensure_stage =
             self.stages.iter().filter(|s| !is_map(s)).position(|s| matches!(s, Stage::EnsureMixture { .. }));
         Ok(Assembled { spec, estimates, weights, shares, ensure_stage })
+    }
+
+    /// Stages whose order is fixed by what they need: images are decoded before tokenize places
+    /// them (it needs their token counts).
+    fn check_order(&self) -> Result<()> {
+        #[cfg(all(feature = "vision", feature = "text"))]
+        {
+            let at = |f: fn(&Stage) -> bool| self.stages.iter().position(f);
+            let images = at(|s| matches!(s, Stage::Images(_)));
+            let tokenize = at(|s| matches!(s, Stage::Tokenize(_)));
+            if let (Some(i), Some(t)) = (images, tokenize)
+                && i > t
+            {
+                return Err(Error::Build(
+                    "images must come before tokenize: tokenize places each image by its token count".into(),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The text field of each dataset, in order (`text` for a dataset without one).
@@ -321,6 +354,8 @@ fn is_map(stage: &Stage) -> bool {
     match stage {
         #[cfg(feature = "text")]
         Stage::Tokenize(_) => true,
+        #[cfg(feature = "vision")]
+        Stage::Images(_) => true,
         Stage::Custom(op) => !op.kind().accumulates(),
         Stage::EnsureMixture { .. } | Stage::Pack(_) | Stage::Shuffle(_) => false,
     }

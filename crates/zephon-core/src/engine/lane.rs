@@ -205,7 +205,8 @@ impl LaneRun {
         if run.finished {
             run.finish_tail();
         }
-        run.boundary();
+        // Steps the pending rows fill are at the restored position, which may be inside an input.
+        run.snapshot_unsnapped(run.cursor, run.skip_outputs);
         Ok(run)
     }
 
@@ -224,7 +225,9 @@ impl LaneRun {
     /// The state now, as a checkpoint would hold it: every row not yet handed to the consumer
     /// is pending (used for the start-of-run snapshot and for ended lanes).
     pub fn snapshot_now(&self) -> Snapshot {
-        self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), 0, self.cursor, 0).1
+        // A lane restored inside an input has not pushed anything past that input's first
+        // `skip_outputs` records yet: that is still its position.
+        self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), 0, self.cursor, self.skip_outputs).1
     }
 
     /// A snapshot at the current input position whose pending rows are those of the queued

@@ -34,6 +34,14 @@ fn checkpoints_inside_a_huge_document_restore_anywhere() {
             got.extend(run_ranks(&s, 2, 4, w2, opts(2, 3, 1), steps - at, Some(tmp.path()), None));
             assert_eq!(got, reference, "shuffle {shuffle}: checkpoint at {at} (W={w}) restored at W={w2}");
         }
+        // Resumes in a row, each inside the document: a restored lane's own checkpoints keep
+        // its place in the input.
+        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut got = run_ranks(&s, 2, 4, 2, opts(2, 2, 1), 120, None, Some(dirs[0].path()));
+        got.extend(run_ranks(&s, 2, 4, 1, opts(1, 2, 1), 1, Some(dirs[0].path()), Some(dirs[1].path())));
+        got.extend(run_ranks(&s, 2, 4, 2, opts(2, 2, 2), 0, Some(dirs[1].path()), Some(dirs[2].path())));
+        got.extend(run_ranks(&s, 2, 4, 1, opts(2, 3, 1), steps - 121, Some(dirs[2].path()), None));
+        assert_eq!(got, reference, "shuffle {shuffle}: three resumes in a row inside the document");
     }
 }
 
