@@ -93,7 +93,7 @@ fn a_same_size_edit_with_the_mtime_restored_changes_the_version() {
     assert_ne!(old.str("text"), new.str("text"), "row {row} reads the edited text");
 
     let err = Engine::restore(spec_for(changed), t, opts(1, 3, 1), &ckpt).err().unwrap().to_string();
-    assert!(err.contains("dataset a was"), "{err}");
+    assert!(err.contains("dataset a changed: shard 0 was part.jsonl"), "{err}");
 }
 
 /// Reopening an unchanged shard uses the cached hash and index: no cache file is rewritten
