@@ -28,19 +28,25 @@
 
 mod error;
 mod fields;
+mod images;
 mod jsonl;
 #[cfg(feature = "parquet")]
 mod parquet;
+#[cfg(feature = "parquet")]
+mod parquet_images;
 mod shard;
+mod webdataset;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use error::{Error, Result};
 pub use fields::Fields;
+pub use images::{IMAGE_BYTES, IMAGE_KIND, IMAGE_SOURCE};
 pub use jsonl::JsonlDataset;
 #[cfg(feature = "parquet")]
 pub use parquet::ParquetDataset;
+pub use webdataset::{KEY_FIELD, TarDataset};
 pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, SampleId};
 
 /// How to open a dataset.
@@ -63,6 +69,8 @@ pub enum Format {
     Jsonl,
     /// Apache Parquet.
     Parquet,
+    /// WebDataset tar shards (`.tar`, uncompressed): samples are members grouped by key.
+    Tar,
 }
 
 impl Format {
@@ -70,6 +78,8 @@ impl Format {
     pub fn of(path: &Path) -> Option<Format> {
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet")) {
             Some(Format::Parquet)
+        } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar")) {
+            Some(Format::Tar)
         } else if jsonl::Compression::of(path).is_some() {
             Some(Format::Jsonl)
         } else {
@@ -122,6 +132,7 @@ pub fn open_shards(
 ) -> Result<Arc<dyn Dataset>> {
     Ok(match format {
         Format::Jsonl => Arc::new(JsonlDataset::open(name, files, options)?),
+        Format::Tar => Arc::new(TarDataset::open(name, files, options)?),
         #[cfg(feature = "parquet")]
         Format::Parquet => Arc::new(ParquetDataset::open(name, files, options)?),
         #[cfg(not(feature = "parquet"))]
