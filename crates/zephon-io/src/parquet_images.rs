@@ -154,3 +154,63 @@ fn string(col: &dyn Array, i: usize) -> Option<&str> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_schema::{Field, Fields, Schema};
+    use parquet::arrow::ArrowSchemaConverter;
+
+    use super::*;
+
+    fn image_struct() -> DataType {
+        DataType::Struct(Fields::from(vec![
+            Field::new("bytes", DataType::Binary, true),
+            Field::new("width", DataType::Int32, true),
+            Field::new("path", DataType::Utf8, true),
+            Field::new("meta", DataType::Struct(Fields::from(vec![Field::new("path", DataType::Utf8, true)])), true),
+        ]))
+    }
+
+    /// The leaf paths `leaves` picks for each column of a schema.
+    fn picked(columns: Vec<(&str, DataType)>) -> Vec<Vec<String>> {
+        let fields: Vec<Field> = columns.into_iter().map(|(n, t)| Field::new(n, t, true)).collect();
+        let descr = ArrowSchemaConverter::new().convert(&Schema::new(fields.clone())).unwrap();
+        (0..fields.len())
+            .map(|root| leaves(&descr, root).into_iter().map(|l| descr.column(l).path().string()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn only_bytes_and_path_of_an_image_struct_are_read() {
+        let list = DataType::List(Arc::new(Field::new("item", image_struct(), true)));
+        let got = picked(vec![
+            ("text", DataType::Utf8),
+            ("image", image_struct()),
+            ("images", list),
+            ("raw", DataType::Binary),
+            ("raws", DataType::LargeList(Arc::new(Field::new("item", DataType::Binary, true)))),
+        ]);
+        assert_eq!(got[1], vec!["image.bytes", "image.path"], "not width, not meta.path");
+        assert_eq!(got[2], vec!["images.list.item.bytes", "images.list.item.path"]);
+        assert_eq!(got[3], vec!["raw"]);
+        assert_eq!(got[4], vec!["raws.list.item"]);
+    }
+
+    #[test]
+    fn image_column_types() {
+        assert!(check_type(&image_struct()).is_ok());
+        assert!(check_type(&DataType::LargeList(Arc::new(Field::new("item", DataType::BinaryView, true)))).is_ok());
+        let no_bytes = DataType::Struct(Fields::from(vec![Field::new("path", DataType::Utf8, true)]));
+        assert!(check_type(&no_bytes).unwrap_err().contains("no binary `bytes`"));
+        let int_path = DataType::Struct(Fields::from(vec![
+            Field::new("bytes", DataType::Binary, true),
+            Field::new("path", DataType::Int64, true),
+        ]));
+        assert!(check_type(&int_path).unwrap_err().contains("`path` is not a string"));
+        for t in [DataType::Utf8, DataType::Int32, DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))] {
+            assert!(check_type(&t).unwrap_err().starts_with("an images column must be"), "{t}");
+        }
+    }
+}
