@@ -41,7 +41,8 @@ impl ImageHandles {
     /// Attaches `images` to `record`, unplaced, numbered from 0 in the given order.
     pub(crate) fn attach(&self, record: &mut Record, images: Vec<Image>) -> Result<(), OpError> {
         for (k, image) in images.into_iter().enumerate() {
-            let item = u32::try_from(k).map_err(|_| OpError::Data(format!("more than {} images in one row", u32::MAX)))?;
+            let item =
+                u32::try_from(k).map_err(|_| OpError::Data(format!("more than {} images in one row", u32::MAX)))?;
             record.attach(
                 Attachment::new(&self.kind, item)
                     .with(&self.bytes, Value::Bytes(image.bytes))
@@ -50,11 +51,6 @@ impl ImageHandles {
         }
         Ok(())
     }
-}
-
-/// Total bytes of `images`, for the row size limit.
-pub(crate) fn total_bytes(images: &[Image]) -> usize {
-    images.iter().map(|i| i.bytes.len()).sum()
 }
 
 /// Why an image file was not read.

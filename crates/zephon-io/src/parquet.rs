@@ -23,7 +23,7 @@ use parquet::file::reader::{ChunkReader, Length};
 use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
 
 use crate::fields::{Cell, Fields};
-use crate::images::{self, ImageHandles};
+use crate::images::ImageHandles;
 use crate::parquet_images;
 use crate::shard::{
     CONTENT_DIR, content_hash, default_cache_dir, manifest_entry, map_parallel, open_regular, remove_stale_temporaries,
@@ -244,7 +244,9 @@ impl ParquetDataset {
             }
             None => Vec::new(),
         };
-        self.fields.check_size(cells.iter().map(approx_size).sum::<usize>() + images::total_bytes(&found))?;
+        self.fields.check_size(
+            cells.iter().map(approx_size).sum::<usize>() + found.iter().map(|i| i.bytes.len()).sum::<usize>(),
+        )?;
         let mut record = Record::from_sample(id);
         for (i, (name, cell)) in self.handles.iter().zip(cells).enumerate() {
             self.fields.put(&mut record, i, name, cell)?;

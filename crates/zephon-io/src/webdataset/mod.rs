@@ -67,7 +67,9 @@ impl TarDataset {
         let fields = options.fields.clone();
         fields.check(name)?;
         let extensions = match fields.images.as_deref() {
-            Some(list) => Some(extensions(list).map_err(|message| Error::Fields { dataset: name.to_string(), message })?),
+            Some(list) => {
+                Some(extensions(list).map_err(|message| Error::Fields { dataset: name.to_string(), message })?)
+            }
             None => None,
         };
         let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
@@ -94,7 +96,12 @@ impl TarDataset {
         let shard =
             self.shards.get(id.shard as usize).ok_or_else(|| OpError::Fatal(format!("no shard {}", id.shard)))?;
         let sample = shard.samples.get(id.row as usize).ok_or_else(|| {
-            OpError::Fatal(format!("{}: no row {} (the shard has {})", shard.path.display(), id.row, shard.samples.len()))
+            OpError::Fatal(format!(
+                "{}: no row {} (the shard has {})",
+                shard.path.display(),
+                id.row,
+                shard.samples.len()
+            ))
         })?;
         let json = sample.member("json");
         let sources: Vec<Source> = self
@@ -147,7 +154,8 @@ impl TarDataset {
                     (Cell::Value(Value::text(text)), Some(name))
                 }
                 Source::Json => {
-                    let cell = json_row.as_mut().and_then(|r| r.cells.get_mut(i)).map(|c| std::mem::replace(c, Cell::Absent));
+                    let cell =
+                        json_row.as_mut().and_then(|r| r.cells.get_mut(i)).map(|c| std::mem::replace(c, Cell::Absent));
                     (cell.unwrap_or(Cell::Absent), json.map(|j| sample.name(j)))
                 }
                 Source::Absent => (Cell::Absent, None),

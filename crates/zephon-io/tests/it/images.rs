@@ -38,7 +38,13 @@ fn photos() -> Vec<Photo> {
         .map(|line| {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let s = |k: &str| v[k].as_str().unwrap().to_string();
-            Photo { id: s("id"), source: s("source"), caption: s("caption"), bytes: fs::read(dir.join(s("file"))).unwrap(), file: s("file") }
+            Photo {
+                id: s("id"),
+                source: s("source"),
+                caption: s("caption"),
+                bytes: fs::read(dir.join(s("file"))).unwrap(),
+                file: s("file"),
+            }
         })
         .collect()
 }
@@ -196,7 +202,10 @@ fn a_parquet_images_column_of_another_type_is_refused_at_open() {
     let msg = err.to_string();
     assert!(matches!(err, Error::ColumnType { .. }), "{msg}");
     assert!(msg.contains("dataset hf") && msg.contains(&shard.display().to_string()), "{msg}");
-    assert!(msg.contains(r#"column "caption" is Utf8"#) && msg.contains("struct<bytes: binary, path: string>"), "{msg}");
+    assert!(
+        msg.contains(r#"column "caption" is Utf8"#) && msg.contains("struct<bytes: binary, path: string>"),
+        "{msg}"
+    );
     let err = open("hf", &shard, &options(tmp.path(), "caption", &[], Some("pixels"))).err().unwrap();
     assert!(matches!(err, Error::MissingColumn { .. }), "{err}");
 }
@@ -263,14 +272,22 @@ fn webdataset_samples_carry_their_images_in_member_order() {
     let keys: Vec<String> = photos
         .iter()
         .enumerate()
-        .map(|(i, p)| if i == 4 { format!("{}/{}/{}", p.source, "deep".repeat(30), p.id) } else { format!("{}/{}", p.source, p.id) })
+        .map(|(i, p)| {
+            if i == 4 {
+                format!("{}/{}/{}", p.source, "deep".repeat(30), p.id)
+            } else {
+                format!("{}/{}", p.source, p.id)
+            }
+        })
         .collect();
     let jsons: Vec<Vec<u8>> = photos
         .iter()
         .map(|p| serde_json::to_vec(&serde_json::json!({"caption": p.caption, "id": p.id, "n": [1, 2]})).unwrap())
         .collect();
-    let names: Vec<[String; 4]> =
-        keys.iter().map(|k| [format!("{k}.caption"), format!("{k}.1.png"), format!("{k}.jpg"), format!("{k}.json")]).collect();
+    let names: Vec<[String; 4]> = keys
+        .iter()
+        .map(|k| [format!("{k}.caption"), format!("{k}.1.png"), format!("{k}.jpg"), format!("{k}.json")])
+        .collect();
     let mut members = vec![Member::Dir("caer/"), Member::File("__meta__", b"ignored"), Member::File("README", b"x")];
     let mut want = Vec::new();
     for (i, p) in photos.iter().enumerate() {
@@ -307,7 +324,8 @@ fn webdataset_samples_carry_their_images_in_member_order() {
 }
 
 fn small_tar(path: &Path, photos: &[Photo], with_text: bool) {
-    let names: Vec<(String, String)> = photos.iter().map(|p| (format!("{}.jpg", p.id), format!("{}.txt", p.id))).collect();
+    let names: Vec<(String, String)> =
+        photos.iter().map(|p| (format!("{}.jpg", p.id), format!("{}.txt", p.id))).collect();
     let mut members = Vec::new();
     for (p, (jpg, txt)) in photos.iter().zip(&names) {
         members.push(Member::File(jpg, &p.bytes));
@@ -475,8 +493,8 @@ fn jsonl_image_paths_are_read_relative_to_the_shard() {
     let tmp = tempfile::tempdir().unwrap();
     let photos = photos();
     // The fetched captions name their files relative to their own folder.
-    let ds = open("c", &captioned().join("captions.jsonl"), &options(tmp.path(), "caption", &["id"], Some("file")))
-        .unwrap();
+    let ds =
+        open("c", &captioned().join("captions.jsonl"), &options(tmp.path(), "caption", &["id"], Some("file"))).unwrap();
     let rows = read_all(ds);
     assert_eq!(rows.len(), photos.len());
     for (r, p) in rows.into_iter().zip(&photos) {
@@ -508,7 +526,11 @@ fn interleaved(dir: &Path, photos: &[Photo]) -> Vec<Vec<(u32, Vec<u8>, String)>>
     }
     let img = |k: u32, i: usize, source: String| (k, photos[i].bytes.clone(), source);
     vec![
-        vec![img(0, 2, rel(2)), img(1, 3, dir.join("img").join(format!("{}.jpg", photos[3].id)).display().to_string()), img(2, 0, rel(0))],
+        vec![
+            img(0, 2, rel(2)),
+            img(1, 3, dir.join("img").join(format!("{}.jpg", photos[3].id)).display().to_string()),
+            img(2, 0, rel(0)),
+        ],
         vec![],
         vec![],
         vec![],
