@@ -5,6 +5,10 @@ use zephon_core::{Field, OpError, Record, Value};
 use crate::Error;
 
 /// What to read from each row.
+///
+/// In JSONL and Parquet a field is a key or a column. In a WebDataset tar a field names a
+/// member extension (`txt`: the sample's `KEY.txt`, read as UTF-8 text), else a key of the
+/// sample's `KEY.json` member; [`crate::KEY_FIELD`] (`__key__`) is the sample's key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fields {
     /// The text field: required, a string, checked by the rules below. `None` for datasets
@@ -31,9 +35,9 @@ pub struct Fields {
     ///   or an empty array is no image; any other value, a null or empty element, or a file
     ///   that cannot be read is a bad record. `source` is the path as written.
     /// - **WebDataset tar**: a comma-separated list of extensions (`"jpg,png"`); a member is
-    ///   an image when the last `.`-part of its extension is one of them (`jpg` and `0.jpg`
-    ///   both match `jpg`; case is ignored). A sample's images are in member order; a sample
-    ///   without any has no attachments. `source` is the member name.
+    ///   an image when its extension is one of them or ends with `.` and one of them (`jpg`
+    ///   matches `KEY.jpg` and `KEY.0.jpg`; case is ignored). A sample's images are in member
+    ///   order; a sample without any has no attachments. `source` is the member name.
     ///
     /// Images count toward [`Fields::max_row_bytes`]. The field must not also be the text
     /// field or an extra field.

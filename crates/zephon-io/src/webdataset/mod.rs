@@ -9,6 +9,13 @@
 //! UTF-8 text); a sample without such a member has it looked up as a key of its `KEY.json`
 //! member, judged like a JSONL row's field. `__key__` is the sample's key. Images come from
 //! the members whose extension is listed in [`Fields::images`], in member order.
+//!
+//! What is refused when a shard is opened, naming the offset: a damaged header (checksum),
+//! a member cut short, a missing end-of-archive marker (a tar cut at a member boundary would
+//! otherwise lose samples silently), a sparse member, and two members of one name (case
+//! ignored in the extension). What is skipped, as webdataset skips it: directories, links
+//! and other non-regular members, names whose last part has no `.` or starts with one, and
+//! `__*__` metadata. Compressed tars (`.tar.gz`) are not read: they allow no positioned reads.
 
 mod header;
 mod index;
