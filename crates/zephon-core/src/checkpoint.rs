@@ -463,10 +463,11 @@ fn show(v: &str) -> String {
 /// none in common).
 fn first_difference(was: &str, is: &str) -> (String, String) {
     let (a, b): (Vec<&str>, Vec<&str>) = (was.split(' ').collect(), is.split(' ').collect());
-    if a.len() == b.len() && a.len() > 1 {
-        if let Some((x, y)) = a.iter().zip(&b).find(|(x, y)| x != y) {
-            return (show(x), show(y));
-        }
+    if a.len() == b.len()
+        && a.len() > 1
+        && let Some((x, y)) = a.iter().zip(&b).find(|(x, y)| x != y)
+    {
+        return (show(x), show(y));
     }
     (show(was), show(is))
 }

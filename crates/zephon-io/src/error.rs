@@ -16,7 +16,7 @@ pub enum Error {
         message: String,
     },
     /// A folder with no shard files of a known format.
-    #[error("dataset {dataset}: {path}: no shard files (*.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet)")]
+    #[error("dataset {dataset}: {path}: no shard files (*.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet, *.tar)")]
     NoShards {
         /// The dataset's name.
         dataset: String,
@@ -34,7 +34,7 @@ pub enum Error {
         second: PathBuf,
     },
     /// A file whose name says no format zephon reads.
-    #[error("dataset {dataset}: {path}: unknown format (expected .jsonl, .jsonl.gz, .jsonl.zst or .parquet)")]
+    #[error("dataset {dataset}: {path}: unknown format (expected .jsonl, .jsonl.gz, .jsonl.zst, .parquet or .tar)")]
     UnknownFormat {
         /// The dataset's name.
         dataset: String,
@@ -66,6 +66,14 @@ pub enum Error {
         found: String,
         /// What the field needs.
         expected: String,
+    },
+    /// Fields that cannot be read as configured (whatever the files hold).
+    #[error("dataset {dataset}: {message}")]
+    Fields {
+        /// The dataset's name.
+        dataset: String,
+        /// What is wrong with the configuration.
+        message: String,
     },
 }
 

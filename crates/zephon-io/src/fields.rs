@@ -2,7 +2,13 @@
 
 use zephon_core::{Field, OpError, Record, Value};
 
+use crate::Error;
+
 /// What to read from each row.
+///
+/// In JSONL and Parquet a field is a key or a column. In a WebDataset tar a field names a
+/// member extension (`txt`: the sample's `KEY.txt`, read as UTF-8 text), else a key of the
+/// sample's `KEY.json` member; [`crate::KEY_FIELD`] (`__key__`) is the sample's key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fields {
     /// The text field: required, a string, checked by the rules below. `None` for datasets
@@ -12,6 +18,30 @@ pub struct Fields {
     /// booleans (as 0/1) or bytes. A JSON array or object in one is a bad record; a Parquet
     /// file without the column is refused when it is opened.
     pub extra: Vec<String>,
+    /// Where each row's images come from, or `None` to read none (rows then carry no
+    /// attachments, as before images existed). Every image becomes one unplaced attachment of
+    /// kind `image`, numbered from 0 in the row's order, with the values `bytes` (the encoded
+    /// file, not decoded) and `source` (text, for provenance). Per format:
+    ///
+    /// - **Parquet**: a column of type `struct<bytes: binary, path: string>` (an HF `Image`:
+    ///   one image; a null struct, or null bytes with no path, is no image), a list of such
+    ///   structs (several; a null list is none, a null element is a bad record), or `binary`.
+    ///   Only the struct's `bytes` and `path` are read. `source` is `path`, or when the file
+    ///   has none, the column name (`image`, or `image[k]` for element `k` of a list). Null
+    ///   bytes with a path (an image left outside the file) is a bad record, not a missing
+    ///   image. Any other column type is refused when the shard is opened.
+    /// - **JSONL**: a field holding one path or an array of paths, relative to the shard's
+    ///   folder (absolute paths are allowed). Each file is read whole. An absent or null field
+    ///   or an empty array is no image; any other value, a null or empty element, or a file
+    ///   that cannot be read is a bad record. `source` is the path as written.
+    /// - **WebDataset tar**: a comma-separated list of extensions (`"jpg,png"`); a member is
+    ///   an image when its extension is one of them or ends with `.` and one of them (`jpg`
+    ///   matches `KEY.jpg` and `KEY.0.jpg`; case is ignored). A sample's images are in member
+    ///   order; a sample without any has no attachments. `source` is the member name.
+    ///
+    /// Images count toward [`Fields::max_row_bytes`]. The field must not also be the text
+    /// field or an extra field.
+    pub images: Option<String>,
     /// Whether an empty text is a valid document (default: a bad record).
     pub allow_empty: bool,
     /// The largest row accepted, in bytes of the stored row; larger rows are bad records.
@@ -20,7 +50,7 @@ pub struct Fields {
 
 impl Default for Fields {
     fn default() -> Self {
-        Fields { text: Some("text".into()), extra: Vec::new(), allow_empty: false, max_row_bytes: None }
+        Fields { text: Some("text".into()), extra: Vec::new(), images: None, allow_empty: false, max_row_bytes: None }
     }
 }
 
@@ -88,6 +118,25 @@ impl Fields {
                 return Err(OpError::Data(format!(
                     "field {name:?} is {k}; zephon reads strings, numbers and booleans"
                 )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses configurations no file could satisfy, before any file is opened.
+    pub(crate) fn check(&self, dataset: &str) -> Result<(), Error> {
+        let bad = |message: String| Err(Error::Fields { dataset: dataset.to_string(), message });
+        if let Some(images) = &self.images {
+            if images.trim().is_empty() {
+                return bad("`images` is empty; leave it unset to read no images".into());
+            }
+            // Images become attachments; a field of the same name would be read twice, once
+            // as a value and once as images, and JSONL could not tell which was meant.
+            if self.names().any(|n| n == images) {
+                return bad(format!(
+                    "{images:?} is both the `images` field and the text or an extra field; images are \
+                     read as attachments, not fields"
+                ));
             }
         }
         Ok(())

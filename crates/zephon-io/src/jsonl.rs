@@ -3,6 +3,9 @@
 //!
 //! Rows are read with positioned reads (`pread`), not a memory map: a shard truncated under
 //! a running job gives an error naming it, never a bus error.
+//!
+//! Images (LLaVA / OBELICS style) are paths in a field, relative to the shard's folder; each
+//! file is read whole when its row is read, on the engine's worker thread.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -13,6 +16,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
 
 use crate::fields::{Cell, Fields};
+use crate::images::{self, Image, ImageHandles, ReadError};
 use crate::shard::{
     CONTENT_DIR, HashingReader, content_hash, default_cache_dir, hash_hex, manifest_entry, map_parallel, open_regular,
     remove_stale_temporaries, write_atomic,
@@ -66,6 +70,9 @@ impl Compression {
 struct Shard {
     /// The shard as given (possibly compressed): for messages.
     source: PathBuf,
+    /// The folder relative image paths start from: the shard's own, made absolute so that a
+    /// message names the file that was looked for.
+    dir: PathBuf,
     /// What is read: the shard itself (the very file that was hashed), or its decompressed
     /// copy in the cache.
     file: fs::File,
@@ -80,12 +87,15 @@ pub struct JsonlDataset {
     shards: Vec<Shard>,
     fields: Fields,
     handles: Vec<Field>,
+    /// The field holding image paths, when images are read.
+    images: Option<(Field, ImageHandles)>,
 }
 
 impl JsonlDataset {
     /// Opens `paths` as the dataset's shards, in order, hashing each one (once per file
     /// version, cached) and building or loading its index, several shards at a time.
     pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> Result<Self> {
+        options.fields.check(name)?;
         let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
         remove_stale_temporaries(&CACHE_DIRS.map(|d| cache.join(d)));
         let opened = map_parallel(paths.len(), |i| {
@@ -98,11 +108,13 @@ impl JsonlDataset {
         let (shards, entries): (Vec<Shard>, Vec<ShardManifest>) = opened.into_iter().unzip();
         let fields = options.fields.clone();
         let handles = fields.handles();
+        let images = fields.images.as_deref().map(|f| (Field::new(f), ImageHandles::new()));
         Ok(JsonlDataset {
             manifest: DatasetManifest { name: name.to_string(), shards: entries },
             shards,
             fields,
             handles,
+            images,
         })
     }
 
@@ -126,19 +138,65 @@ impl JsonlDataset {
                 shard.source.display()
             ))
         })?;
-        let row = parse_row(buf, &self.handles)
+        let images_field = self.images.as_ref().map(|(f, _)| f);
+        let row = parse_row(buf, &self.handles, images_field)
             .map_err(|e| OpError::Data(format!("{}: invalid JSON: {e}", shard.source.display())))?;
         if let Some(d) = row.duplicate {
+            let name = self.handles.get(d).or(images_field).map_or("", Field::as_str);
             return Err(OpError::Data(format!(
-                "field {:?} appears twice in the row; which one is meant is ambiguous",
-                self.handles[d].as_str()
+                "field {name:?} appears twice in the row; which one is meant is ambiguous"
             )));
         }
         let mut record = Record::from_sample(id);
         for (i, (name, cell)) in self.handles.iter().zip(row.cells).enumerate() {
             self.fields.put(&mut record, i, name, cell)?;
         }
+        if let Some((field, handles)) = &self.images {
+            let found = self.read_images(shard, field, row.images, len)?;
+            handles.attach(&mut record, found)?;
+        }
         Ok(record)
+    }
+
+    /// Reads the files a row's images field names, in its order, counting their bytes toward
+    /// the row size limit on top of the row's own `row_bytes`.
+    fn read_images(
+        &self,
+        shard: &Shard,
+        field: &Field,
+        paths: ImagePaths,
+        row_bytes: usize,
+    ) -> std::result::Result<Vec<Image>, OpError> {
+        let name = field.as_str();
+        let paths = match paths {
+            ImagePaths::Paths(p) => p,
+            ImagePaths::Bad(what) => {
+                return Err(OpError::Data(format!(
+                    "field {name:?} {what}; image paths are a string or an array of strings"
+                )));
+            }
+        };
+        let mut total = row_bytes as u64;
+        let mut found = Vec::with_capacity(paths.len());
+        for (k, written) in paths.into_iter().enumerate() {
+            let resolved = shard.dir.join(&written);
+            let limit = self.fields.max_row_bytes.map(|max| max.saturating_sub(total));
+            let bytes = images::read_file(&resolved, limit).map_err(|e| match e {
+                ReadError::TooBig(size) => OpError::Data(format!(
+                    "row of at least {} bytes with its images (image {k} {written:?} has {size}) is over the \
+                     limit of {} bytes (max_row_bytes)",
+                    total.saturating_add(size),
+                    self.fields.max_row_bytes.unwrap_or(0)
+                )),
+                ReadError::Io(e) => OpError::Data(format!(
+                    "field {name:?}: image {k} {written:?} (resolved to {}): {e}",
+                    resolved.display()
+                )),
+            })?;
+            total += bytes.len() as u64;
+            found.push(Image { bytes: bytes.into(), source: written.into() });
+        }
+        Ok(found)
     }
 }
 
@@ -211,7 +269,8 @@ fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardMan
         }
     };
     let entry = manifest_entry(path, starts.len() as u64, &stat, hash);
-    Ok((Shard { source: path.to_path_buf(), file: readable, starts, end }, entry))
+    let dir = std::path::absolute(path).map_err(|e| e.to_string())?.parent().map(Path::to_path_buf).unwrap_or_default();
+    Ok((Shard { source: path.to_path_buf(), dir, file: readable, starts, end }, entry))
 }
 
 /// Decompresses `file` into `target` (atomically), indexing the output on the way. The
@@ -357,22 +416,40 @@ fn load_index(path: &Path, key: &str, size: u64) -> Option<Vec<u64>> {
 
 /// The wanted fields of one row, as found.
 #[derive(Debug)]
-struct Row {
-    cells: Vec<Cell>,
-    /// A wanted field the row holds more than once.
-    duplicate: Option<usize>,
+pub(crate) struct Row {
+    pub(crate) cells: Vec<Cell>,
+    /// The image paths, when an images field was asked for.
+    pub(crate) images: ImagePaths,
+    /// A wanted field the row holds more than once (`names.len()` for the images field).
+    pub(crate) duplicate: Option<usize>,
 }
 
-/// Parses one JSON object, keeping only the named fields (others are skipped unparsed).
-fn parse_row(bytes: &[u8], names: &[Field]) -> std::result::Result<Row, serde_json::Error> {
+/// A row's images field as found.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ImagePaths {
+    /// The paths, in order; none when the field is absent, null or an empty array.
+    Paths(Vec<String>),
+    /// Not a path or an array of paths: how it is not, for the message ("is a number",
+    /// "element 2 is null").
+    Bad(String),
+}
+
+/// Parses one JSON object, keeping only the named fields and the images field (others are
+/// skipped unparsed).
+pub(crate) fn parse_row(
+    bytes: &[u8],
+    names: &[Field],
+    images: Option<&Field>,
+) -> std::result::Result<Row, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let row = PickFields { names }.deserialize(&mut de)?;
+    let row = PickFields { names, images }.deserialize(&mut de)?;
     de.end()?;
     Ok(row)
 }
 
 struct PickFields<'a> {
     names: &'a [Field],
+    images: Option<&'a Field>,
 }
 
 impl<'de> DeserializeSeed<'de> for PickFields<'_> {
@@ -390,9 +467,21 @@ impl<'de> Visitor<'de> for PickFields<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
-        let mut row = Row { cells: self.names.iter().map(|_| Cell::Absent).collect(), duplicate: None };
-        while let Some(slot) = map.next_key_seed(KeyIndex { names: self.names })? {
+        let mut row = Row {
+            cells: self.names.iter().map(|_| Cell::Absent).collect(),
+            images: ImagePaths::Paths(Vec::new()),
+            duplicate: None,
+        };
+        let mut images_seen = false;
+        while let Some(slot) = map.next_key_seed(KeyIndex { names: self.names, images: self.images })? {
             match slot {
+                Some(i) if i == self.names.len() => {
+                    row.images = map.next_value_seed(ImagesSeed)?;
+                    if images_seen {
+                        row.duplicate.get_or_insert(i);
+                    }
+                    images_seen = true;
+                }
                 Some(i) => {
                     let cell = map.next_value_seed(CellSeed)?;
                     if row.cells[i] != Cell::Absent {
@@ -409,9 +498,11 @@ impl<'de> Visitor<'de> for PickFields<'_> {
     }
 }
 
-/// Maps a key to the index of the wanted field it names, without allocating.
+/// Maps a key to the index of the wanted field it names (`names.len()` for the images
+/// field), without allocating.
 struct KeyIndex<'a> {
     names: &'a [Field],
+    images: Option<&'a Field>,
 }
 
 impl<'de> DeserializeSeed<'de> for KeyIndex<'_> {
@@ -427,6 +518,9 @@ impl<'de> Visitor<'de> for KeyIndex<'_> {
         f.write_str("a field name")
     }
     fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
+        if self.images.is_some_and(|f| f.as_str() == v) {
+            return Ok(Some(self.names.len()));
+        }
         Ok(self.names.iter().position(|n| n.as_str() == v))
     }
 }
@@ -483,6 +577,125 @@ impl<'de> Visitor<'de> for CellSeed {
     }
 }
 
+/// The images field's JSON value: a path, an array of paths, or null.
+struct ImagesSeed;
+
+impl<'de> DeserializeSeed<'de> for ImagesSeed {
+    type Value = ImagePaths;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ImagesSeed {
+    type Value = ImagePaths;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<ImagePaths, E> {
+        Ok(ImagePaths::Paths(Vec::new()))
+    }
+    fn visit_none<E>(self) -> std::result::Result<ImagePaths, E> {
+        Ok(ImagePaths::Paths(Vec::new()))
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<ImagePaths, E> {
+        Ok(match path(v) {
+            Ok(p) => ImagePaths::Paths(vec![p]),
+            Err(what) => ImagePaths::Bad(format!("is {what}")),
+        })
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<ImagePaths, E> {
+        Ok(ImagePaths::Bad("is a boolean".into()))
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<ImagePaths, E> {
+        Ok(ImagePaths::Bad("is a number".into()))
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<ImagePaths, E> {
+        Ok(ImagePaths::Bad("is a number".into()))
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<ImagePaths, E> {
+        Ok(ImagePaths::Bad("is a number".into()))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<ImagePaths, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(ImagePaths::Bad("is a JSON object".into()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<ImagePaths, A::Error> {
+        let mut paths = Vec::new();
+        let mut bad = None;
+        let mut k = 0usize;
+        // The whole array is consumed even after a bad element: the row must still parse.
+        while let Some(element) = seq.next_element_seed(PathSeed)? {
+            match element {
+                Ok(p) if bad.is_none() => paths.push(p),
+                Ok(_) => {}
+                Err(what) => {
+                    bad.get_or_insert_with(|| format!("element {k} is {what}"));
+                }
+            }
+            k += 1;
+        }
+        Ok(bad.map_or(ImagePaths::Paths(paths), ImagePaths::Bad))
+    }
+}
+
+/// A path as written, or what the value is instead.
+fn path(v: &str) -> std::result::Result<String, &'static str> {
+    if v.is_empty() { Err("an empty string") } else { Ok(v.to_string()) }
+}
+
+/// One element of an array of image paths. A null element is refused rather than skipped:
+/// skipping it would renumber the images after it, and item `k` would no longer be the
+/// array's element `k`.
+struct PathSeed;
+
+impl<'de> DeserializeSeed<'de> for PathSeed {
+    type Value = std::result::Result<String, &'static str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PathSeed {
+    type Value = std::result::Result<String, &'static str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(Err("null"))
+    }
+    fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(Err("null"))
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+        Ok(path(v))
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
+        Ok(Err("a boolean"))
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
+        Ok(Err("a number"))
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
+        Ok(Err("a number"))
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
+        Ok(Err("a number"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Err("a JSON array"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Err("a JSON object"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,12 +703,12 @@ mod tests {
     #[test]
     fn picks_fields_and_skips_others() {
         let names = [Field::new("text"), Field::new("id")];
-        let v = parse_row(br#"{"id": 7, "skip": {"deep": [1,2]}, "text": "a\"b"}"#, &names).unwrap();
+        let v = parse_row(br#"{"id": 7, "skip": {"deep": [1,2]}, "text": "a\"b"}"#, &names, None).unwrap();
         assert_eq!(v.cells, vec![Cell::Value(Value::text("a\"b")), Cell::Value(Value::Int(7))]);
         assert_eq!(v.duplicate, None);
-        assert!(parse_row(b"[1,2]", &names).is_err());
-        assert!(parse_row(br#"{"text": "x"} trailing"#, &names).is_err());
-        assert!(parse_row(b"{\"text\": \"\xff\"}", &names).is_err(), "invalid UTF-8");
+        assert!(parse_row(b"[1,2]", &names, None).is_err());
+        assert!(parse_row(br#"{"text": "x"} trailing"#, &names, None).is_err());
+        assert!(parse_row(b"{\"text\": \"\xff\"}", &names, None).is_err(), "invalid UTF-8");
     }
 
     #[test]
@@ -504,6 +717,7 @@ mod tests {
         let v = parse_row(
             br#"{"a": true, "b": null, "c": [1, {"x": 2}], "d": {"k": []}, "e": 18446744073709551615}"#,
             &names,
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -516,7 +730,7 @@ mod tests {
                 Cell::TooBig(u64::MAX)
             ]
         );
-        let v = parse_row(br#"{"a": 1, "b": 2, "a": 3}"#, &names).unwrap();
+        let v = parse_row(br#"{"a": 1, "b": 2, "a": 3}"#, &names, None).unwrap();
         assert_eq!(v.duplicate, Some(0));
     }
 

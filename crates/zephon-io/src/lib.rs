@@ -5,7 +5,14 @@
 //! cheap. JSONL shards get a byte-offset index, built in one pass per file version and cached
 //! on disk, so any row is one positioned read. Parquet shards are decoded a row group at a
 //! time (only the requested columns) and kept in a bounded cache, because a random Parquet row
-//! costs a page decode anyway.
+//! costs a page decode anyway. WebDataset tar shards get a member index (a scan of their
+//! headers, cached like the JSONL index), so a sample is a few positioned reads.
+//!
+//! **Images** (vision-language data) come from an HF image column, from paths in a JSONL
+//! field, or from tar members, as [`Fields::images`] says. Each becomes an unplaced
+//! attachment of kind [`IMAGE_KIND`] carrying the encoded file ([`IMAGE_BYTES`]) and where it
+//! came from ([`IMAGE_SOURCE`]); a tokenizer places it, a vision operator decodes it. A row
+//! re-read from its id yields the same images, so pixels never need to enter a checkpoint.
 //!
 //! Every shard has a manifest entry (rows, bytes, and as version the SHA-256 of the whole
 //! file, `sha256:<hex>`), so a checkpoint taken on one version of the data refuses to restore
@@ -13,9 +20,10 @@
 //! size, mtime, ctime, inode) and cached, like the JSONL indexes it keys.
 //!
 //! What this crate is not: it decides no order (that is `zephon-mix`), tokenizes nothing, and
-//! never panics on a malformed row. A bad row is an [`OpError::Data`] naming the file or the
-//! field as the user wrote it; the engine adds dataset, shard and row. A Parquet shard whose
-//! columns cannot serve the requested fields is refused when it is opened.
+//! never panics on a malformed row. A bad row is an [`OpError::Data`] naming the file, the
+//! field, the image path or the tar member as the user wrote it; the engine adds dataset,
+//! shard and row. A Parquet shard whose columns cannot serve the requested fields, and a tar
+//! shard that is truncated or damaged, are refused when opened, with the offset at fault.
 //!
 //! ```no_run
 //! use zephon_io::{open, DatasetOptions};
@@ -28,19 +36,25 @@
 
 mod error;
 mod fields;
+mod images;
 mod jsonl;
 #[cfg(feature = "parquet")]
 mod parquet;
+#[cfg(feature = "parquet")]
+mod parquet_images;
 mod shard;
+mod webdataset;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use error::{Error, Result};
 pub use fields::Fields;
+pub use images::{IMAGE_BYTES, IMAGE_KIND, IMAGE_SOURCE};
 pub use jsonl::JsonlDataset;
 #[cfg(feature = "parquet")]
 pub use parquet::ParquetDataset;
+pub use webdataset::{KEY_FIELD, TarDataset};
 pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, SampleId};
 
 /// How to open a dataset.
@@ -63,6 +77,8 @@ pub enum Format {
     Jsonl,
     /// Apache Parquet.
     Parquet,
+    /// WebDataset tar shards (`.tar`, uncompressed): samples are members grouped by key.
+    Tar,
 }
 
 impl Format {
@@ -70,6 +86,8 @@ impl Format {
     pub fn of(path: &Path) -> Option<Format> {
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet")) {
             Some(Format::Parquet)
+        } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar")) {
+            Some(Format::Tar)
         } else if jsonl::Compression::of(path).is_some() {
             Some(Format::Jsonl)
         } else {
@@ -79,7 +97,8 @@ impl Format {
 }
 
 /// The shard files of `path`: the file itself, or a folder's files of known formats sorted by
-/// name (hidden files ignored). All must share one format.
+/// name (hidden files ignored; a folder of `.tar` files is a WebDataset). All must share one
+/// format.
 pub fn shard_paths(name: &str, path: &Path) -> Result<(Format, Vec<PathBuf>)> {
     let open_err = |m: String| Error::Open { dataset: name.to_string(), path: path.to_path_buf(), message: m };
     let meta = std::fs::metadata(path).map_err(|e| open_err(e.to_string()))?;
@@ -122,6 +141,7 @@ pub fn open_shards(
 ) -> Result<Arc<dyn Dataset>> {
     Ok(match format {
         Format::Jsonl => Arc::new(JsonlDataset::open(name, files, options)?),
+        Format::Tar => Arc::new(TarDataset::open(name, files, options)?),
         #[cfg(feature = "parquet")]
         Format::Parquet => Arc::new(ParquetDataset::open(name, files, options)?),
         #[cfg(not(feature = "parquet"))]

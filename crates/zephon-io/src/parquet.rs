@@ -23,6 +23,8 @@ use parquet::file::reader::{ChunkReader, Length};
 use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
 
 use crate::fields::{Cell, Fields};
+use crate::images::ImageHandles;
+use crate::parquet_images;
 use crate::shard::{
     CONTENT_DIR, content_hash, default_cache_dir, manifest_entry, map_parallel, open_regular, remove_stale_temporaries,
 };
@@ -107,6 +109,8 @@ pub struct ParquetDataset {
     shards: Vec<Shard>,
     fields: Fields,
     handles: Vec<Field>,
+    /// The images column, when images are read.
+    images: Option<(String, ImageHandles)>,
     cache: Mutex<RowGroupCache>,
 }
 
@@ -147,9 +151,11 @@ impl RowGroupCache {
 
 impl ParquetDataset {
     /// Opens `paths` as the dataset's shards, checking that every requested column exists and
-    /// has a type zephon reads (the text field: a string type). Each shard is hashed once per
-    /// file version (cached under `options.cache_dir`); several shards open at a time.
+    /// has a type zephon reads (the text field: a string type; the images column: see
+    /// [`Fields::images`]). Each shard is hashed once per file version (cached under
+    /// `options.cache_dir`); several shards open at a time.
     pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> crate::Result<Self> {
+        options.fields.check(name)?;
         let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
         remove_stale_temporaries(&[cache.join(CONTENT_DIR)]);
         let fields = &options.fields;
@@ -160,6 +166,7 @@ impl ParquetDataset {
             shards,
             fields: fields.clone(),
             handles: fields.handles(),
+            images: fields.images.clone().map(|c| (c, ImageHandles::new())),
             cache: Mutex::new(RowGroupCache {
                 budget: options.parquet_cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES),
                 used: 0,
@@ -225,10 +232,27 @@ impl ParquetDataset {
             })?;
             cells.push(value_at(col.as_ref(), local));
         }
-        self.fields.check_size(cells.iter().map(approx_size).sum())?;
+        let found = match &self.images {
+            Some((column, _)) => {
+                let col = batch.column_by_name(column).ok_or_else(|| {
+                    OpError::Fatal(format!(
+                        "{}: column {column:?} missing from the decoded row group",
+                        shard.path.display()
+                    ))
+                })?;
+                parquet_images::images_at(col.as_ref(), local, column)?
+            }
+            None => Vec::new(),
+        };
+        self.fields.check_size(
+            cells.iter().map(approx_size).sum::<usize>() + found.iter().map(|i| i.bytes.len()).sum::<usize>(),
+        )?;
         let mut record = Record::from_sample(id);
         for (i, (name, cell)) in self.handles.iter().zip(cells).enumerate() {
             self.fields.put(&mut record, i, name, cell)?;
+        }
+        if let Some((_, handles)) = &self.images {
+            handles.attach(&mut record, found)?;
         }
         Ok(record)
     }
@@ -247,7 +271,8 @@ fn open_shard(name: &str, path: &Path, fields: &Fields, cache: &Path) -> crate::
         .map_err(|e| fail(format!("not a readable Parquet file (corrupt metadata): {e}")))?;
     let schema = meta.schema().clone();
     let mut roots = Vec::new();
-    for (k, wanted) in fields.names().enumerate() {
+    let images = fields.images.as_deref().map(|c| (usize::MAX, c));
+    for (k, wanted) in fields.names().enumerate().chain(images) {
         let Ok(i) = schema.index_of(wanted) else {
             let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             return Err(Error::MissingColumn {
@@ -259,7 +284,13 @@ fn open_shard(name: &str, path: &Path, fields: &Fields, cache: &Path) -> crate::
         };
         let is_text = k == 0 && fields.text.is_some();
         let t = schema.field(i).data_type();
-        let expected = if is_text { check_text_type(t) } else { check_type(t) };
+        let expected = if k == usize::MAX {
+            parquet_images::check_type(t)
+        } else if is_text {
+            check_text_type(t)
+        } else {
+            check_type(t)
+        };
         if let Err(expected) = expected {
             return Err(Error::ColumnType {
                 dataset: name.to_string(),
@@ -271,7 +302,18 @@ fn open_shard(name: &str, path: &Path, fields: &Fields, cache: &Path) -> crate::
         }
         roots.push(i);
     }
-    let mask = ProjectionMask::roots(meta.parquet_schema(), roots);
+    let descr = meta.parquet_schema();
+    let mask = match fields.images.as_deref() {
+        None => ProjectionMask::roots(descr, roots),
+        Some(_) => {
+            // The images column is the last root found; of it only the children images need.
+            let image_root = roots.pop().unwrap_or_default();
+            let mut leaves: Vec<usize> =
+                (0..descr.num_columns()).filter(|&l| roots.contains(&descr.get_column_root_idx(l))).collect();
+            leaves.extend(parquet_images::leaves(descr, image_root));
+            ProjectionMask::leaves(descr, leaves)
+        }
+    };
     let entry = manifest_entry(path, rg_starts.last().copied().unwrap_or(0), &stat, hashed.hash);
     Ok((Shard { path: path.to_path_buf(), file, meta, mask, rg_starts }, entry))
 }

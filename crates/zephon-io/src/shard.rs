@@ -62,7 +62,7 @@ impl Stat {
         })
     }
 
-    fn same_version(&self, other: &Stat) -> bool {
+    pub(crate) fn same_version(&self, other: &Stat) -> bool {
         self.line() == other.line()
     }
 

@@ -329,6 +329,7 @@ impl Spec {
                 extra: d.extra_fields.clone(),
                 allow_empty: d.allow_empty,
                 max_row_bytes: d.max_row_bytes,
+                images: None,
             });
             ds = match (d.share, d.weight) {
                 (Some(s), _) => ds.share(s),

@@ -27,7 +27,7 @@ fn shard_with(dir: &Path, bad: &[u8]) -> std::path::PathBuf {
     p
 }
 
-fn spec_for(ds: Arc<dyn Dataset>, bad_records: BadRecords) -> RunSpec {
+pub fn spec_for(ds: Arc<dyn Dataset>, bad_records: BadRecords) -> RunSpec {
     let datasets = Datasets::new(vec![ds]);
     let source = SequentialSource::new(&datasets.manifests(), 4, 1, 1);
     RunSpec {
@@ -42,7 +42,7 @@ fn spec_for(ds: Arc<dyn Dataset>, bad_records: BadRecords) -> RunSpec {
 }
 
 /// Runs to the end; returns the error text, or the skipped count when the run completes.
-fn run(spec: RunSpec) -> Result<u64, String> {
+pub fn run(spec: RunSpec) -> Result<u64, String> {
     let mut e = Engine::start(spec, Topology::single(2, 2).unwrap(), opts(2, 3, 2)).map_err(|e| e.to_string())?;
     loop {
         match e.next_step() {

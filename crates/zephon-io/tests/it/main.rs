@@ -4,5 +4,6 @@ mod bad_input;
 mod cache;
 mod data;
 mod formats;
+mod images;
 mod invariants;
 mod parquet_columns;
