@@ -141,7 +141,7 @@ fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), String> {
         .min_frequency(2)
         .show_progress(false)
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
-        .special_tokens(vec![AddedToken::from("<|endoftext|>", true)])
+        .special_tokens(vec![AddedToken::from("<|endoftext|>", true), AddedToken::from("<image>", true)])
         .build()
         .into();
     let sample: Vec<String> =
@@ -151,16 +151,18 @@ fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), String> {
     fs::write(path, json).map_err(|e| e.to_string())
 }
 
-/// The demo's data folder: `a/` (notes), `b/` (essays), `tokenizer.json`.
+/// The demo's data folder: `a/` (notes), `b/` (essays), `tokenizer.json` (with an `<image>`
+/// token), `vlm/` (images and captions).
 pub fn ensure_demo_data() -> Result<PathBuf, String> {
     let base = std::env::var_os("ZEPHON_CACHE")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("zephon")))
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/zephon")))
         .unwrap_or_else(|| std::env::temp_dir().join("zephon"));
-    let dir = base.join("demo-v2");
+    let dir = base.join("demo-v3");
     write_corpus(&dir.join("a"), "notes", 24_000, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
     write_corpus(&dir.join("b"), "essays", 600, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
     train_tokenizer(&dir.join("tokenizer.json"), 4096)?;
+    crate::demo_images::write_image_set(&dir.join("vlm"), 120)?;
     Ok(dir)
 }

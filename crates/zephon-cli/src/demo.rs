@@ -134,6 +134,83 @@ fn throughput(spec: &Spec, threads: usize, steps: u64) -> Result<(f64, u64, f64)
     Ok((ttfb, tokens, t1.elapsed().as_secs_f64()))
 }
 
+/// The vision-language demo's spec over the generated captions.
+fn vlm_spec_text(captions: &Path, tokenizer: &Path, threads: usize) -> String {
+    format!(
+        r#"seed = 1234
+lanes = 8
+rows_per_step = 16
+
+[[dataset]]
+name = "captions"
+path = "{}"
+weight = 1.0
+images = "image"
+
+[source]
+chunk_size = 8
+exhaustion = "repeat"
+
+[images]
+preset = "llava"
+size = 112
+fit = "center_crop"
+layout = "vit"
+patch = 14
+
+[tokenize]
+tokenizer = "{}"
+eos = "<|endoftext|>"
+image_token = "<image>"
+
+[pack]
+algorithm = "best_fit"
+bins = 8
+seq_len = 256
+
+[shuffle]
+buffer = 4
+
+[run]
+threads = {threads}
+"#,
+        captions.display(),
+        tokenizer.display()
+    )
+}
+
+/// Prints every step's fingerprint at W = 1 and whether W = 2, 4, 8 and a resume from W = 2
+/// to W = 4 give the same; returns whether they all do.
+fn every_world_size(spec: &Spec, threads: usize, steps: u64) -> Result<bool, CliError> {
+    let reference = ranks(spec, 1, threads, steps, None, None)?;
+    let mut columns = vec![("W=1", reference.clone())];
+    for (label, w) in [("W=2", 2), ("W=4", 4), ("W=8", 8)] {
+        columns.push((label, ranks(spec, w, (threads / w as usize).max(1), steps, None, None)?));
+    }
+    let cut = steps / 2;
+    let tmp = std::env::temp_dir().join(format!("zephon-demo-{}-{}", std::process::id(), steps));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let mut resumed = ranks(spec, 2, threads.div_ceil(2), cut, None, Some(&tmp))?;
+    resumed.extend(ranks(spec, 4, (threads / 4).max(1), steps, Some(&tmp), None)?);
+    let _ = std::fs::remove_dir_all(&tmp);
+    columns.push(("W=2→4", resumed));
+    println!();
+    println!(
+        "step  {:<18} {}",
+        "fingerprint (W=1)",
+        columns[1..].iter().map(|(l, _)| format!("{l:<7}")).collect::<Vec<_>>().join("")
+    );
+    for (s, fp) in reference.iter().enumerate() {
+        let marks: String = columns[1..]
+            .iter()
+            .map(|(_, c)| format!("{:<7}", if c.get(s) == Some(fp) { "same" } else { "DIFF" }))
+            .collect();
+        println!("{s:>4}  {}…  {marks}", &fp.to_hex()[..16]);
+    }
+    println!("resume: W=2 ran steps 0..{cut}, checkpointed, and W=4 continued from it.");
+    Ok(columns.iter().all(|(_, c)| c == &reference))
+}
+
 pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
     let t0 = Instant::now();
     let (a, b, tokenizer) = match (args.data.as_deref(), &args.tokenizer) {
@@ -155,35 +232,7 @@ pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
     );
     let steps = args.steps.max(2);
     let setup = t0.elapsed().as_secs_f64();
-
-    let reference = ranks(&spec, 1, args.threads, steps, None, None)?;
-    let mut columns = vec![("W=1", reference.clone())];
-    for (label, w) in [("W=2", 2), ("W=4", 4), ("W=8", 8)] {
-        columns.push((label, ranks(&spec, w, (args.threads / w as usize).max(1), steps, None, None)?));
-    }
-    let cut = steps / 2;
-    let tmp = std::env::temp_dir().join(format!("zephon-demo-{}", std::process::id()));
-    let mut resumed = ranks(&spec, 2, args.threads.div_ceil(2), cut, None, Some(&tmp))?;
-    resumed.extend(ranks(&spec, 4, (args.threads / 4).max(1), steps, Some(&tmp), None)?);
-    let _ = std::fs::remove_dir_all(&tmp);
-    columns.push(("W=2→4", resumed));
-
-    println!();
-    println!(
-        "step  {:<18} {}",
-        "fingerprint (W=1)",
-        columns[1..].iter().map(|(l, _)| format!("{l:<7}")).collect::<Vec<_>>().join("")
-    );
-    for (s, fp) in reference.iter().enumerate() {
-        let marks: String = columns[1..]
-            .iter()
-            .map(|(_, c)| format!("{:<7}", if c.get(s) == Some(fp) { "same" } else { "DIFF" }))
-            .collect();
-        println!("{s:>4}  {}…  {marks}", &fp.to_hex()[..16]);
-    }
-    let all_equal = columns.iter().all(|(_, c)| c == &reference);
-    println!();
-    println!("resume: W=2 ran steps 0..{cut}, checkpointed, and W=4 continued from it.");
+    let mut all_equal = every_world_size(&spec, args.threads, steps)?;
     let (ttfb, tokens, secs) = throughput(&spec, args.threads, args.throughput_steps)?;
     println!(
         "throughput (W=1, {} threads, {} steps): {:.2} M tokens/s after the first batch ({:.1} M tokens in {:.1} s); \
@@ -196,6 +245,21 @@ pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
         ttfb,
         setup
     );
+    if args.data.is_none() {
+        let dir = crate::corpus::ensure_demo_data().map_err(CliError::Usage)?;
+        let text = vlm_spec_text(&dir.join("vlm/captions.jsonl"), &tokenizer, args.threads);
+        let vlm = Spec::parse(&text, "demo (vision)", Path::new("."))?;
+        println!();
+        println!(
+            "zephon demo, vision-language: {} (generated JPEGs with captions, some interleaved with two images)",
+            dir.join("vlm").display()
+        );
+        println!(
+            "  decode → resize to 112×112 (centre crop) → CLIP normalise → ViT patches of 14 (64 tokens an image) →"
+        );
+        println!("  captions tokenized around the image placeholders → best-fit packing to 256 tokens → shuffle");
+        all_equal &= every_world_size(&vlm, args.threads, steps)?;
+    }
     if all_equal {
         println!("OK: every global step is identical at W = 1, 2, 4, 8 and across the resume.");
         Ok(())

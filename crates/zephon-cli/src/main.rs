@@ -7,6 +7,7 @@
 mod bench;
 mod corpus;
 mod demo;
+mod demo_images;
 mod inspect;
 mod progress;
 mod run;

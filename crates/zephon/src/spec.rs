@@ -79,6 +79,8 @@ pub struct Spec {
     pub tokenize: Option<TokenizeSpec>,
     /// The token-share scheduler.
     pub ensure_mixture: Option<EnsureSpec>,
+    /// Images (feature `vision`).
+    pub images: Option<ImagesSpec>,
     /// Packing.
     pub pack: Option<PackSpec>,
     /// The shuffle buffer.
@@ -116,6 +118,9 @@ pub struct DatasetSpec {
     /// Whether empty documents are allowed (default: they are bad records).
     #[serde(default)]
     pub allow_empty: bool,
+    /// Where images come from: an image column (Parquet), a field of image paths (JSONL), or
+    /// comma-separated member extensions (WebDataset tar, e.g. `"jpg,png"`).
+    pub images: Option<String>,
 }
 
 /// `[source]`.
@@ -179,6 +184,55 @@ pub struct TokenizeSpec {
     pub long_documents: Option<String>,
     /// Tokens per piece for `split` and `truncate` (default: the packer's row length).
     pub max_tokens: Option<usize>,
+    /// Where images go in the text (default `<image>`; without markers, images come first).
+    pub image_marker: Option<String>,
+    /// The added token repeated for each image (needed when there is an `[images]` section).
+    pub image_token: Option<String>,
+    /// Tokens around each image's placeholders (e.g. `<|vision_start|>`).
+    pub image_start: Option<String>,
+    /// See `image_start` (e.g. `<|vision_end|>`).
+    pub image_end: Option<String>,
+    /// Whether special tokens written in document text act as control tokens (default: no,
+    /// text is text).
+    #[serde(default)]
+    pub special_tokens_in_text: bool,
+}
+
+/// `[images]`: decode, resize and normalise the images datasets carry (feature `vision`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesSpec {
+    /// `llava` (336 centre crop, ViT patches of 14, 576 tokens) or `qwen2_vl` (dynamic
+    /// resolution, Qwen2-VL patches); the keys below change it.
+    pub preset: Option<String>,
+    /// A fixed square side in pixels (with `fit`).
+    pub size: Option<u32>,
+    /// `center_crop`, `pad_to_square` or `stretch`.
+    pub fit: Option<String>,
+    /// Dynamic resolution instead of a fixed size: `[min_pixels, max_pixels]`.
+    pub dynamic_pixels: Option<[u64; 2]>,
+    /// `bilinear`, `bicubic` or `lanczos3`.
+    pub filter: Option<String>,
+    /// `clip`, `imagenet` or `half`.
+    pub normalize: Option<String>,
+    /// `f32`, `bf16` or `f16`.
+    pub dtype: Option<String>,
+    /// `vit`, `qwen2_vl` or `chw`.
+    pub layout: Option<String>,
+    /// Patch side for `vit`.
+    pub patch: Option<u32>,
+    /// Placeholder tokens per image (default: from the patch grid).
+    pub tokens: Option<u32>,
+    /// Refuse images whose header declares more pixels.
+    pub max_pixels: Option<u64>,
+    /// `zune` or `libjpeg-turbo` (the latter needs the `turbojpeg` build).
+    pub backend: Option<String>,
+    /// Random resized crop (torchvision's defaults).
+    #[serde(default)]
+    pub random_resized_crop: bool,
+    /// Random horizontal flip with probability 0.5.
+    #[serde(default)]
+    pub random_flip: bool,
 }
 
 /// `[ensure_mixture]`.
@@ -195,7 +249,8 @@ pub struct EnsureSpec {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PackSpec {
-    /// `wrap`, `first_fit` or `best_fit`.
+    /// `wrap`, `first_fit`, `best_fit`, or `one_per_row` (each document alone in a padded
+    /// row).
     pub algorithm: String,
     /// Tokens per row.
     pub seq_len: usize,
@@ -329,7 +384,7 @@ impl Spec {
                 extra: d.extra_fields.clone(),
                 allow_empty: d.allow_empty,
                 max_row_bytes: d.max_row_bytes,
-                images: None,
+                images: d.images.clone(),
             });
             ds = match (d.share, d.weight) {
                 (Some(s), _) => ds.share(s),
@@ -388,6 +443,17 @@ impl Spec {
         let mut p = Pipeline::new(mixture).seed(self.seed).bad_records(bad_records).tail(tail).exec(self.exec());
 
         let seq_len = self.pack.as_ref().map(|p| p.seq_len);
+        if let Some(im) = &self.images {
+            #[cfg(feature = "vision")]
+            {
+                p = p.images(self.images_op(im)?);
+            }
+            #[cfg(not(feature = "vision"))]
+            {
+                let _ = im;
+                return Err(Error::Build("this build has no `vision` feature: [images] is unavailable".into()));
+            }
+        }
         if let Some(t) = &self.tokenize {
             #[cfg(feature = "text")]
             {
@@ -407,11 +473,17 @@ impl Spec {
                 "wrap" => Algorithm::Wrap,
                 "first_fit" => Algorithm::FirstFit { bins: pk.bins.unwrap_or(64) },
                 "best_fit" => Algorithm::BestFit { bins: pk.bins.unwrap_or(64) },
+                "one_per_row" => Algorithm::FirstFit { bins: 1 },
                 other => {
-                    return Err(bad(format!("[pack] algorithm = {other:?}: expected wrap, first_fit or best_fit")));
+                    return Err(bad(format!(
+                        "[pack] algorithm = {other:?}: expected wrap, first_fit, best_fit or one_per_row"
+                    )));
                 }
             };
             let mut config = PackConfig::new(algorithm, pk.seq_len);
+            if pk.algorithm == "one_per_row" {
+                config.max_segments = 1;
+            }
             if let Some(m) = pk.max_segments {
                 config.max_segments = m;
             }
@@ -434,12 +506,112 @@ impl Spec {
         Ok(p)
     }
 
+    #[cfg(feature = "vision")]
+    fn images_op(&self, im: &ImagesSpec) -> Result<zephon_vision::Images> {
+        use zephon_vision::normalize::{Dtype, Normalize};
+        use zephon_vision::resize::{Filter, Fit, ResizeSpec};
+        use zephon_vision::{ImageTokens, Images, ImagesConfig, JpegBackend, PixelLayout, PixelLimit, SmartResize};
+        let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[images] {m}") };
+        let v = |e: zephon_vision::VisionError| bad(e.to_string());
+        let mut c = match im.preset.as_deref() {
+            None | Some("llava") => ImagesConfig::llava(self.seed).map_err(v)?,
+            Some("qwen2_vl") => ImagesConfig::qwen2_vl(self.seed),
+            Some(other) => return Err(bad(format!("preset = {other:?}: expected llava or qwen2_vl"))),
+        };
+        let filter = match im.filter.as_deref() {
+            None => None,
+            Some("bilinear") => Some(Filter::Bilinear),
+            Some("bicubic") => Some(Filter::Bicubic),
+            Some("lanczos3") => Some(Filter::Lanczos3),
+            Some(other) => return Err(bad(format!("filter = {other:?}: expected bilinear, bicubic or lanczos3"))),
+        };
+        if let Some(side) = im.size {
+            let fit = match im.fit.as_deref().unwrap_or("center_crop") {
+                "center_crop" => Fit::CenterCrop,
+                "pad_to_square" => Fit::PadToSquare { fill: zephon_vision::resize::mean_fill(Normalize::CLIP.mean()) },
+                "stretch" => Fit::Stretch,
+                other => return Err(bad(format!("fit = {other:?}: expected center_crop, pad_to_square or stretch"))),
+            };
+            c.resize = ResizeSpec::fixed(side, side, fit).map_err(v)?;
+        }
+        if let Some([min, max]) = im.dynamic_pixels {
+            c.resize = ResizeSpec::smart(SmartResize::new(28, min, max).map_err(v)?);
+        }
+        if let Some(f) = filter {
+            c.resize = c.resize.with_filter(f);
+        }
+        if let Some(n) = &im.normalize {
+            c.normalize = match n.as_str() {
+                "clip" => Normalize::CLIP,
+                "imagenet" => Normalize::IMAGENET,
+                "half" => Normalize::HALF,
+                other => return Err(bad(format!("normalize = {other:?}: expected clip, imagenet or half"))),
+            };
+        }
+        if let Some(d) = &im.dtype {
+            c.dtype = match d.as_str() {
+                "f32" => Dtype::F32,
+                "bf16" => Dtype::Bf16,
+                "f16" => Dtype::F16,
+                other => return Err(bad(format!("dtype = {other:?}: expected f32, bf16 or f16"))),
+            };
+        }
+        if let Some(l) = &im.layout {
+            c.layout = match l.as_str() {
+                "vit" => PixelLayout::Vit { patch: im.patch.unwrap_or(14) },
+                "qwen2_vl" => PixelLayout::Qwen2Vl(zephon_vision::patch::QwenPatching::QWEN2_VL),
+                "chw" => PixelLayout::Chw,
+                other => return Err(bad(format!("layout = {other:?}: expected vit, qwen2_vl or chw"))),
+            };
+        }
+        if let Some(n) = im.tokens {
+            c.tokens = ImageTokens::Fixed(n);
+        }
+        if let Some(max) = im.max_pixels {
+            c.decode = c.decode.limit(PixelLimit::new(max).map_err(v)?);
+        }
+        if let Some(b) = &im.backend {
+            let backend = match b.as_str() {
+                "zune" => JpegBackend::Zune,
+                "libjpeg-turbo" => JpegBackend::LibjpegTurbo,
+                other => return Err(bad(format!("backend = {other:?}: expected zune or libjpeg-turbo"))),
+            };
+            c.decode = c.decode.jpeg_backend(backend).map_err(v)?;
+        }
+        if im.random_resized_crop {
+            c.crop = Some(zephon_vision::augment::RandomResizedCrop::DEFAULT);
+        }
+        if im.random_flip {
+            c.flip = Some(zephon_vision::augment::RandomFlip::HALF);
+        }
+        Images::new(c).map_err(v)
+    }
+
     #[cfg(feature = "text")]
     fn tokenize_op(&self, t: &TokenizeSpec, seq_len: Option<usize>) -> Result<zephon_text::Tokenize> {
         use zephon_text::{LongDocuments, Tokenize, Tokenizer};
         let tokenizer = Tokenizer::from_file(&self.resolve(&t.tokenizer))?;
         // Each dataset's own `text_field` is set by the pipeline when it opens the datasets.
-        let mut op = Tokenize::new(tokenizer);
+        let tokenizer = tokenizer.allow_special_tokens_in_text(t.special_tokens_in_text);
+        let mut op = Tokenize::new(tokenizer.clone());
+        if self.images.is_some() {
+            let token = t.image_token.as_deref().ok_or_else(|| Error::Spec {
+                path: self.file.clone(),
+                message:
+                    "[tokenize] image_token is needed with [images]: the added token each image's placeholders use"
+                        .into(),
+            })?;
+            let mut im = zephon_text::ImagePlaceholders::new(
+                &tokenizer,
+                "image",
+                t.image_marker.as_deref().unwrap_or("<image>"),
+                token,
+            )?;
+            if let (Some(a), Some(b)) = (&t.image_start, &t.image_end) {
+                im = im.around(&tokenizer, a, b)?;
+            }
+            op = op.images(im);
+        }
         if let Some(b) = &t.bos {
             op = op.bos(b)?;
         }

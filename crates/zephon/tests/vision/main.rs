@@ -1,0 +1,271 @@
+//! Vision-language pipelines on real photos: the invariants hold with images in the records.
+//!
+//! An image-caption dataset (HF image Parquet) and an interleaved one (JSONL with two image
+//! paths and `<image>` markers per document) go through decode → resize → normalise → ViT
+//! patches → tokenize around the placeholders → best-fit packing → shuffle.
+//! - every global step is equal at W = 1, 2, 4, 8, with 1 and 2 threads, through microbatches,
+//!   and across resumes at another world size;
+//! - every image is delivered exactly once per epoch, whole, on its placeholder tokens;
+//! - bad images are errors naming dataset, shard, row and image, or counted skips.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use zephon::lane_core::{SampleId, Value, step_fingerprint};
+use zephon::{Spec, Topology};
+
+const IMAGE_TOKEN: u32 = 50257;
+
+/// GPT-2's tokenizer.json with an added special `<image>` token (id 50257).
+fn tokenizer_with_image_token(dir: &Path) -> PathBuf {
+    let src = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+    let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(src).unwrap()).unwrap();
+    json["added_tokens"].as_array_mut().unwrap().push(serde_json::json!({
+        "id": IMAGE_TOKEN, "content": "<image>", "single_word": false, "lstrip": false,
+        "rstrip": false, "normalized": false, "special": true
+    }));
+    let out = dir.join("tokenizer.json");
+    std::fs::write(&out, serde_json::to_vec(&json).unwrap()).unwrap();
+    out
+}
+
+/// An interleaved JSONL over the captioned photos: documents with two images each.
+fn interleaved(dir: &Path) -> PathBuf {
+    let data = zephon_testkit::testdata().join("images/captioned");
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(data.join("captions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut out = Vec::new();
+    for (i, pair) in rows.chunks(2).enumerate() {
+        let files: Vec<String> =
+            pair.iter().map(|r| data.join(r["file"].as_str().unwrap()).display().to_string()).collect();
+        let captions: Vec<&str> = pair.iter().map(|r| r["caption"].as_str().unwrap()).collect();
+        let text = match captions.as_slice() {
+            [a, b] => format!("Look: <image> {a} And then <image> {b}"),
+            [a] => format!("Only <image> {a}"),
+            _ => unreachable!(),
+        };
+        out.push(serde_json::json!({"id": i, "images": files, "text": text}).to_string());
+    }
+    let path = dir.join("interleaved.jsonl");
+    std::fs::write(&path, out.join("\n") + "\n").unwrap();
+    path
+}
+
+fn spec(dir: &Path, lanes: u32, rows: u32, source: &str, run: &str) -> Spec {
+    let tok = tokenizer_with_image_token(dir);
+    let parquet = zephon_testkit::testdata().join("images/captioned/parquet");
+    let text = format!(
+        r#"seed = 5
+lanes = {lanes}
+rows_per_step = {rows}
+[[dataset]]
+name = "captions"
+path = "{}"
+weight = 1.0
+text_field = "caption"
+images = "image"
+[[dataset]]
+name = "interleaved"
+path = "{}"
+weight = 1.0
+images = "images"
+[source]
+chunk_size = 2
+{source}
+[images]
+size = 56
+fit = "center_crop"
+layout = "vit"
+patch = 14
+[tokenize]
+tokenizer = "{}"
+eos = "<|endoftext|>"
+image_token = "<image>"
+[pack]
+algorithm = "best_fit"
+bins = 4
+seq_len = 96
+[shuffle]
+buffer = 2
+[run]
+{run}
+"#,
+        parquet.display(),
+        interleaved(dir).display(),
+        tok.display()
+    );
+    Spec::parse(&text, "vision.toml", "/".as_ref()).unwrap()
+}
+
+/// Global fingerprints of steps `from..to` at world size `w` (every rank in this process),
+/// through microbatches of `mb` rows; resuming from and checkpointing into folders.
+fn run(
+    spec: &Spec,
+    w: u32,
+    threads: usize,
+    to: u64,
+    mb: usize,
+    resume: Option<&Path>,
+    save: Option<&Path>,
+) -> Vec<zephon::Digest> {
+    let mut loaders: Vec<_> = (0..w)
+        .map(|r| {
+            let mut exec = spec.exec();
+            exec.threads = threads;
+            let p = spec.pipeline().unwrap().exec(exec);
+            let t = spec.topology(w, r).unwrap();
+            match resume {
+                Some(d) => p.restore(t, d).unwrap(),
+                None => p.build(t).unwrap(),
+            }
+        })
+        .collect();
+    let mut out = Vec::new();
+    while loaders[0].position().0 < to {
+        let mut digests = Vec::new();
+        for l in &mut loaders {
+            let step = l.next_step().unwrap().unwrap();
+            let rows: Vec<_> =
+                step.microbatches(mb).unwrap().iter().flat_map(|m| m.rows().iter().map(|r| (*r).clone())).collect();
+            let mut at = 0;
+            for lane in step.lanes() {
+                let n = lane.rows().len();
+                digests.push(zephon::lane_core::lane_digest(&rows[at..at + n]));
+                at += n;
+            }
+        }
+        out.push(step_fingerprint(&digests));
+    }
+    if let Some(d) = save {
+        for l in &loaders {
+            l.checkpoint(d).unwrap();
+        }
+    }
+    out
+}
+
+#[test]
+fn vlm_steps_are_the_same_at_every_world_size_thread_count_microbatch_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spec(dir.path(), 8, 8, "exhaustion = \"repeat\"", "threads = 2");
+    let steps = 5;
+    let reference = run(&s, 1, 1, steps, 8, None, None);
+    for (w, threads, mb) in [(1, 2, 2), (2, 1, 4), (4, 2, 1), (8, 1, 1)] {
+        assert_eq!(run(&s, w, threads, steps, mb, None, None), reference, "W={w} threads={threads} microbatch={mb}");
+    }
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let mut resumed = run(&s, 2, 2, 2, 4, None, Some(&a));
+    resumed.extend(run(&s, 4, 1, 3, 2, Some(&a), Some(&b)));
+    resumed.extend(run(&s, 8, 1, steps, 1, Some(&b), None));
+    assert_eq!(resumed, reference, "W=2 → 4 at step 2 → 8 at step 3");
+}
+
+#[test]
+fn every_image_is_delivered_once_per_epoch_whole_on_its_placeholders() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spec(dir.path(), 4, 4, "exhaustion = \"redistribute\"\npasses = 1", "threads = 2\ntail = \"partial\"");
+    // Which images exist: 43 captioned photos, and 43 more in the interleaved documents.
+    let mut seen: BTreeMap<(SampleId, u32), u32> = BTreeMap::new();
+    for (w, resume_at) in [(1u32, None), (2, Some(3u64))] {
+        seen.clear();
+        let ck = dir.path().join(format!("ck-{w}"));
+        let mut loaders: Vec<_> =
+            (0..w).map(|r| s.pipeline().unwrap().build(s.topology(w, r).unwrap()).unwrap()).collect();
+        let mut step = 0;
+        loop {
+            if Some(step) == resume_at {
+                for l in &loaders {
+                    l.checkpoint(&ck).unwrap();
+                }
+                // Continue at another world size from the checkpoint.
+                loaders =
+                    (0..4).map(|r| s.pipeline().unwrap().restore(s.topology(4, r).unwrap(), &ck).unwrap()).collect();
+            }
+            let mut any = false;
+            for l in &mut loaders {
+                let Some(local) = l.next_step().unwrap() else { continue };
+                any = true;
+                for row in local.rows() {
+                    let ids = row.get("input_ids").and_then(Value::as_array).and_then(|a| a.as_u32()).unwrap();
+                    for a in row.attachments() {
+                        let span = a.span().unwrap();
+                        let seg = match a.get("segment") {
+                            Some(Value::Int(k)) => *k as usize,
+                            other => panic!("{other:?}"),
+                        };
+                        let sample = row.lineage().fragments()[seg - 1].sample;
+                        *seen.entry((sample, a.item())).or_default() += 1;
+                        assert_eq!(span.len(), 16, "56 px / 14 = 4×4 patches, one token each");
+                        assert!(ids[span.start() as usize..span.end() as usize].iter().all(|&t| t == IMAGE_TOKEN));
+                        let px = a.get("pixel_values").and_then(Value::as_array).unwrap();
+                        assert_eq!(px.shape().dims(), &[16, 3 * 14 * 14]);
+                    }
+                }
+            }
+            if !any {
+                break;
+            }
+            step += 1;
+        }
+        let captions: u32 = seen.keys().filter(|(s, _)| s.dataset == 0).count() as u32;
+        let interleaved: u32 = seen.keys().filter(|(s, _)| s.dataset == 1).count() as u32;
+        assert_eq!((captions, interleaved), (43, 43), "W={w}: every image of both datasets arrived");
+        assert!(
+            seen.values().all(|&n| n == 1),
+            "W={w}: an image arrived twice: {:?}",
+            seen.iter().find(|(_, n)| **n != 1)
+        );
+    }
+}
+
+#[test]
+fn bad_images_name_dataset_shard_row_and_image_or_are_counted_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let edge = zephon_testkit::testdata().join("images/edge");
+    let rows = [
+        ("gen_trunc_50.jpg", "truncated"),
+        ("gen_sof_65535x65535.jpg", "pixel"),
+        ("libjpeg-turbo_testorig12.jpg", "12-bit"),
+        ("gen_random.jpg", ""),
+        ("gen_empty.jpg", ""),
+        ("missing.jpg", "missing.jpg"),
+    ];
+    let lines: Vec<String> =
+        std::iter::once(serde_json::json!({"images": [edge.join("gen_base.jpg")], "text": "fine"}).to_string())
+            .chain(rows.iter().map(|(f, _)| serde_json::json!({"images": [edge.join(f)], "text": "bad"}).to_string()))
+            .collect();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
+    let tok = tokenizer_with_image_token(dir.path());
+    let spec = |policy: &str| {
+        Spec::parse(
+            &format!(
+                "lanes = 1\nrows_per_step = 1\n[[dataset]]\nname = \"edge\"\npath = \"{}\"\nweight = 1.0\nimages = \"images\"\n\
+                 [source]\norder = \"sequential\"\nexhaustion = \"stop\"\nchunk_size = 1\n[images]\nsize = 56\n[tokenize]\ntokenizer = \"{}\"\nimage_token = \"<image>\"\n\
+                 [pack]\nalgorithm = \"one_per_row\"\nseq_len = 64\n[run]\nbad_records = \"{policy}\"\ntail = \"partial\"\n",
+                bad.display(),
+                tok.display()
+            ),
+            "edge.toml",
+            "/".as_ref(),
+        )
+        .unwrap()
+    };
+    let s = spec("fail");
+    let mut l = s.pipeline().unwrap().build(Topology::single(1, 1).unwrap()).unwrap();
+    assert!(l.next_step().unwrap().is_some(), "the good image makes a row");
+    let e = l.next_step().err().unwrap().to_string();
+    assert!(e.contains("edge shard 0 row 1") && e.contains("image #0") && e.contains("gen_trunc_50.jpg"), "{e}");
+    let s = spec("skip");
+    let mut l = s.pipeline().unwrap().build(Topology::single(1, 1).unwrap()).unwrap();
+    let mut delivered = 0;
+    while l.next_step().unwrap().is_some() {
+        delivered += 1;
+    }
+    assert_eq!(delivered, 1);
+    let report = l.report();
+    assert_eq!(report.datasets[0].skipped, rows.len() as u64, "{report:?}");
+}
