@@ -52,6 +52,10 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// An invalid setting.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
     /// The prefetch worker is gone: it panicked, or it stopped after an error already
     /// returned.
     #[error("prefetch worker: {0}")]

@@ -64,7 +64,7 @@ impl Prefetcher {
     /// Starts the worker on `source`, building tensors with `sink`.
     pub fn start<S: StepSource>(source: S, sink: Sink, options: PrefetchOptions) -> Result<Self> {
         if options.depth == 0 {
-            return Err(Error::Worker("prefetch depth must be at least 1".into()));
+            return Err(Error::Config("prefetch depth must be at least 1".into()));
         }
         let current = source.resume_point();
         // The worker holds one finished step while it waits to hand it over: depth - 1 more

@@ -265,3 +265,10 @@ fn the_end_of_data_counts_as_a_step() {
     assert!(pre.next_step().unwrap().is_none());
     assert_eq!(pre.position(), engine.position());
 }
+
+#[test]
+fn a_depth_of_zero_is_refused() {
+    let source = EngineSource::start(spec(1), topology(1, 0), opts()).unwrap();
+    let e = Prefetcher::start(source, Sink::cpu(), PrefetchOptions { depth: 0, microbatch: None }).err().unwrap();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+}
