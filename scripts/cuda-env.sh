@@ -52,8 +52,8 @@ zephon_cuda_env() {
     export CUDA_ROOT=$root CUDA_HOME=$root CUDA_PATH=$root
     export PATH=$root/bin:$PATH
     export LD_LIBRARY_PATH=$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    if [ -z "${CUDA_COMPUTE_CAP:-}" ]; then
-        CUDA_COMPUTE_CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+    if [ -z "${CUDA_COMPUTE_CAP:-}" ] && command -v nvidia-smi >/dev/null; then
+        CUDA_COMPUTE_CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .) || true
     fi
     export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-80}
 }

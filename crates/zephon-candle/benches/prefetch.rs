@@ -3,8 +3,8 @@
 //!
 //! `cargo bench -p zephon-candle --bench prefetch`
 //!
-//! A pipeline with history (byte tokens, wrap packing to 2048, a shuffle buffer) at W=1, 32
-//! rows of 2048 u32 tokens per step (256 KiB of tensors), L = 8 and L = 64 lanes:
+//! A pipeline with history (byte tokens, wrap packing to 2048, a shuffle buffer) at W=1, 64
+//! rows of 2048 u32 tokens per step (512 KiB of tensors), L = 8 and L = 64 lanes:
 //! - `inline`: `next_step` + `Sink::step` on the trainer's thread, per step;
 //! - `prefetched`: `Prefetcher::next_step` with no training work (the pipeline's pace);
 //! - `resume point`: the per-step bookkeeping that keeps checkpoints at the trainer's step
@@ -18,7 +18,7 @@ use zephon_candle::{EngineSource, PrefetchOptions, Prefetcher, Sink, StepSource}
 use zephon_core::{Engine, ExecOptions, RunSpec, Tail, Topology};
 use zephon_testkit as kit;
 
-const ROWS: u32 = 32;
+const ROWS: u32 = 64;
 const STEPS: usize = 150;
 
 fn spec() -> RunSpec {
