@@ -184,11 +184,14 @@ fn ragged_columns_become_values_and_offsets() {
 
 #[test]
 fn items_of_different_shapes_are_flat_with_a_shape_table() {
+    // A native f16 value per image, of a different length each: flat, with shapes.
+    let weights = |item: u32| (0..=item).map(|i| f16::from_f32(i as f32 * 0.5 - item as f32)).collect::<Vec<_>>();
     let img = |item: u32, h: usize, w: usize| {
         let px: Vec<u8> = (0..h * w * 3).map(|i| (i + item as usize) as u8).collect();
         Attachment::new(&f("image"), item)
             .placed(Span::at(item, 1).unwrap(), true)
             .with(&f("pixels"), Value::Array(Array::with_shape(px, [h, w, 3]).unwrap()))
+            .with(&f("weights"), Value::array(weights(item)))
     };
     let mut r = rec(0).with(&f("ids"), Value::seq(vec![7u32, 7, 7]));
     r.attach(img(0, 2, 3));
@@ -198,6 +201,13 @@ fn items_of_different_shapes_are_flat_with_a_shape_table() {
     let want = batch.column("image.pixels").unwrap().ragged().unwrap().values().as_u8().unwrap().to_vec();
     let t = Sink::cpu().offsets(DType::I64).convert(batch).unwrap();
     assert_eq!(t.require("image.pixels").unwrap().to_vec1::<u8>().unwrap(), want);
+    assert_eq!(
+        t.require("image.weights").unwrap().to_vec1::<f16>().unwrap(),
+        weights(0).into_iter().chain(weights(1)).chain(weights(2)).collect::<Vec<_>>()
+    );
+    assert_eq!(t.require("image.weights.offsets").unwrap().to_vec1::<i64>().unwrap(), [0, 1, 3, 6]);
+    assert_eq!(t.require("image.weights.shapes").unwrap().to_vec2::<i64>().unwrap(), [[1], [2], [3]]);
+    assert_eq!(t.require("image.pixels.row_offsets").unwrap().to_vec1::<i64>().unwrap(), [0, 3]);
     assert_eq!(t.require("image.pixels.offsets").unwrap().to_vec1::<i64>().unwrap(), [0, 18, 21, 45]);
     assert_eq!(t.require("image.pixels.shapes").unwrap().to_vec2::<i64>().unwrap(), [[2, 3, 3], [1, 1, 3], [4, 2, 3]]);
 }
