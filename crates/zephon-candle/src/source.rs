@@ -95,32 +95,30 @@ pub struct EngineSource {
 }
 
 impl EngineSource {
+    /// A running engine as a source.
+    pub fn new(engine: Engine) -> Self {
+        let header = Arc::new(CheckpointHeader {
+            fingerprint: engine.fingerprint().clone(),
+            metadata: engine.metadata().clone(),
+        });
+        EngineSource { engine, header }
+    }
+
     /// Starts `spec` from its beginning at `topology`.
     pub fn start(spec: RunSpec, topology: Topology, opts: ExecOptions) -> Result<Self> {
-        let header = header(&spec, &topology);
-        Ok(EngineSource { engine: Engine::start(spec, topology, opts)?, header })
+        Ok(EngineSource::new(Engine::start(spec, topology, opts)?))
     }
 
     /// Continues `spec` from the checkpoint in `dir` at `topology` (any world size dividing
     /// the lanes).
     pub fn restore(spec: RunSpec, topology: Topology, opts: ExecOptions, dir: &Path) -> Result<Self> {
-        let header = header(&spec, &topology);
-        Ok(EngineSource { engine: Engine::restore(spec, topology, opts, dir)?, header })
+        Ok(EngineSource::new(Engine::restore(spec, topology, opts, dir)?))
     }
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
-}
-
-/// What `Engine::checkpoint` writes beside the lanes: the run fingerprint, and as metadata the
-/// spec's notes overlaid with its metadata (the engine keeps its copy private). The tests
-/// check that the files come out byte-identical to the engine's own.
-fn header(spec: &RunSpec, topology: &Topology) -> Arc<CheckpointHeader> {
-    let mut metadata = spec.notes();
-    metadata.extend(spec.metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
-    Arc::new(CheckpointHeader { fingerprint: spec.fingerprint(topology), metadata })
 }
 
 impl StepSource for EngineSource {

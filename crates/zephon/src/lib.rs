@@ -45,5 +45,7 @@ pub use zephon_mix::{self as mix, EstimateConfig, Exhaustion, Order, RowOrder, T
 pub use zephon_pack::{self as pack, Algorithm, LongDocs, Pack, PackConfig};
 #[cfg(feature = "text")]
 pub use zephon_text::{self as text, ImagePlaceholders, LongDocuments, Tokenize, Tokenizer};
+#[cfg(feature = "candle")]
+pub use zephon_candle::{self as candle, Prefetcher, Sink};
 #[cfg(feature = "vision")]
 pub use zephon_vision::{self as vision, ImageTokens, Images, ImagesConfig, PixelLayout};

@@ -157,6 +157,14 @@ impl Loader {
     pub fn fingerprint(&self) -> &zephon_core::RunFingerprint {
         self.engine.fingerprint()
     }
+
+    /// The running engine as a step source for the candle sink's
+    /// [`Prefetcher`](zephon_candle::Prefetcher), which builds tensors of the next steps in the
+    /// background and checkpoints exactly after the last step the trainer took.
+    #[cfg(feature = "candle")]
+    pub fn into_source(self) -> zephon_candle::EngineSource {
+        zephon_candle::EngineSource::new(self.engine)
+    }
 }
 
 impl Iterator for Loader {

@@ -183,6 +183,12 @@ impl Engine {
         &self.fingerprint
     }
 
+    /// What every checkpoint file holds beside the lanes and the fingerprint: the run's
+    /// metadata (token estimates) and notes (shard listings).
+    pub fn metadata(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.metadata
+    }
+
     /// The plan: which operators run in parallel and which per lane.
     pub fn explain(&self) -> String {
         self.shared.plan.operators.explain()
