@@ -1,11 +1,12 @@
 //! A third-party operator written against `zephon-core` alone: "sentences" cuts each
 //! document into sentences (stateless part) and an accumulator joins sentences into rows of
-//! at least `min_bytes` bytes (ordered, per lane). Then the same run at W = 1 and W = 4, and a
-//! resume at another world size, give the same steps.
+//! at least `min_bytes` bytes (ordered, per lane). `zephon_core::testing::check_operator` then
+//! proves it keeps every global step the same at every world size, thread count and resume.
 //!
 //! Run: `cargo run -p zephon-core --example custom_operator`
 
 use std::sync::Arc;
+use zephon_core::testing::{CheckOptions, check_operator};
 use zephon_core::*;
 
 struct Sentences {
@@ -80,61 +81,18 @@ impl Accumulator for JoinRows {
     }
 }
 
-fn main() -> Result<()> {
+fn main() -> std::result::Result<(), String> {
     let docs: Vec<String> =
         (0..500).map(|i| format!("Doc {i} opens. It has {} words. It ends here. ", i % 7 + 1)).collect();
     let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("docs", "text", vec![docs]))]);
-    let spec = RunSpec {
-        operators: Operators::new().then(Sentences { min_bytes: 120 }),
-        source: Arc::new(SequentialSource::new(&datasets.manifests(), 8, 1, 42)),
-        datasets,
-        seed: 42,
-        bad_records: BadRecords::Fail,
-        tail: Tail::Drop,
-        metadata: Default::default(),
-    };
-    let opts = ExecOptions { threads: 2, ..ExecOptions::default() };
-    let global =
-        |w: u32, steps: u64, resume: Option<&std::path::Path>, save: Option<&std::path::Path>| -> Result<Vec<Digest>> {
-            let mut ranks = (0..w)
-                .map(|r| {
-                    let t = Topology::new(8, 16, w, r)?;
-                    match resume {
-                        Some(d) => Engine::restore(spec.clone(), t, opts, d),
-                        None => Engine::start(spec.clone(), t, opts),
-                    }
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let mut fps = Vec::new();
-            for _ in 0..steps {
-                let mut lane_digests = Vec::new();
-                for e in &mut ranks {
-                    let step = e.next_step()?.ok_or_else(|| Error::Config("data ran out".into()))?;
-                    lane_digests.extend(step.lane_digests().map(|(_, d)| d));
-                }
-                fps.push(step_fingerprint(&lane_digests));
-            }
-            if let Some(dir) = save {
-                for e in &ranks {
-                    e.checkpoint(dir)?;
-                }
-            }
-            Ok(fps)
-        };
-    let one = global(1, 6, None, None)?;
-    let four = global(4, 6, None, None)?;
-    let dir = std::env::temp_dir().join(format!("zephon-example-{}", std::process::id()));
-    let mut resumed = global(2, 3, None, Some(&dir))?;
-    resumed.extend(global(8, 3, Some(&dir), None)?);
-    let _ = std::fs::remove_dir_all(&dir);
-    for (s, fp) in one.iter().enumerate() {
-        println!("step {s}: {fp}  W=4 {}  W=2→8 resume {}", same(fp, &four[s]), same(fp, &resumed[s]));
+    // One call proves the operator: world sizes 1, 2, 4, 8, one and two threads, a checkpoint
+    // restored at other world sizes, and all of it again with an accumulator after this one
+    // (so that a restore calls its `rebuild`).
+    let options = CheckOptions { lanes: 8, rows_per_lane: 2, steps: 6, chunk_size: 8, epochs: 1, seed: 42 };
+    let report = check_operator(|| Sentences { min_bytes: 120 }, datasets, options)?;
+    for c in &report.configurations {
+        println!("{c}: {} steps identical to the single-process run", report.steps);
     }
-    assert!(one == four && one == resumed, "fingerprints differ");
-    println!("all steps identical at W = 1, 4 and after a resume from W = 2 to W = 8");
+    println!("the operator keeps every global step the same at every world size, thread count and resume");
     Ok(())
-}
-
-fn same(a: &Digest, b: &Digest) -> &'static str {
-    if a == b { "same" } else { "DIFFERENT" }
 }

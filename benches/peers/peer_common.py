@@ -4,7 +4,11 @@ A peer module supplies a ``Peer`` object with:
 
     build(args, state: dict | None) -> handle
         Build the pipeline (and restore ``state`` if given) and return a handle.
-    handle.next_batch() -> (tokens: np.ndarray[B, S], nonpad: int)
+    handle.next_batch() -> (tokens: np.ndarray[B, S], nonpad: int[, extra: dict])
+        ``extra`` (optional, peer_grain_vlm.py) may hold ``images`` (int, counted
+        into images/s) and ``arrays`` (e.g. the pixels): hashed with the tokens,
+        but only for the batches the restore check compares (hashing 20 MB of
+        pixels per batch would slow the measured loop).
     handle.get_state() -> dict        (JSON-serialisable after ``_jsonable``)
     handle.close() -> None
 
@@ -59,6 +63,7 @@ def proc_start_epoch() -> float:
 
 
 def common_args(ap: argparse.ArgumentParser) -> None:
+    """Arguments of the text peers (peer_zephon.py, peer_grain.py)."""
     ap.add_argument("--corpus-a", required=True, help="dir of *.jsonl (short docs)")
     ap.add_argument("--corpus-b", required=True, help="dir of *.jsonl (long docs)")
     ap.add_argument("--weight-a", type=float, default=0.5)
@@ -66,16 +71,21 @@ def common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--batch-size", type=int, default=16,
                     help="global batch: rows of --seq-len tokens per step")
-    ap.add_argument("--steps", type=int, default=50, help="batches in the main run")
-    ap.add_argument("--workers", type=int, default=0,
-                    help="parallel workers (processes or threads, see --worker-kind); 0 = inline")
-    ap.add_argument("--worker-kind", choices=("process", "thread"), default="process")
+    loop_args(ap)
     ap.add_argument("--packing", choices=("wrap", "first_fit"), default="wrap",
                     help="wrap = concat-then-split (no padding); first_fit = bin packing with padding")
     ap.add_argument("--num-bins", type=int, default=16, help="first_fit bins")
     ap.add_argument("--shuffle-buffer", type=int, default=512,
                     help="packed rows held in shuffle buffers in total (a peer with several lanes or "
                          "worker pipelines splits it evenly between them)")
+
+
+def loop_args(ap: argparse.ArgumentParser) -> None:
+    """Arguments of the measurement loop, shared by every peer (text and vision-language)."""
+    ap.add_argument("--steps", type=int, default=50, help="batches in the main run")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="parallel workers (processes or threads, see --worker-kind); 0 = inline")
+    ap.add_argument("--worker-kind", choices=("process", "thread"), default="process")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ckpt-step", type=int, default=None, help="checkpoint after this batch (default steps//2)")
     ap.add_argument("--restore-steps", type=int, default=None,
@@ -143,9 +153,20 @@ def rusage() -> dict[str, Any]:
     }
 
 
-def batch_hash(tokens: np.ndarray) -> str:
+def batch_hash(tokens: np.ndarray, arrays: tuple = ()) -> str:
     a = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64))
-    return hashlib.sha1(a.tobytes() + str(a.shape).encode()).hexdigest()[:16]
+    h = hashlib.sha1(a.tobytes() + str(a.shape).encode())
+    for x in arrays:  # e.g. pixels: hashed as stored (dtype, shape, bytes)
+        x = np.ascontiguousarray(np.asarray(x))
+        h.update(f"{x.dtype}{x.shape}".encode())
+        h.update(memoryview(x).cast("B"))
+    return h.hexdigest()[:16]
+
+
+def _next(handle: Any) -> tuple[Any, int, dict]:
+    """handle.next_batch() as (tokens, nonpad, extra); text peers return no extra."""
+    r = handle.next_batch()
+    return r[0], r[1], (r[2] if len(r) > 2 else {})
 
 
 def _jsonable(o: Any) -> Any:
@@ -186,10 +207,11 @@ def _zstd_len(data: bytes) -> int | None:
 
 
 def run(peer_name: str, build: Callable[[argparse.Namespace, dict | None], Any],
-        extra_args: Callable[[argparse.ArgumentParser], None], versions: Callable[[], dict]) -> None:
+        extra_args: Callable[[argparse.ArgumentParser], None], versions: Callable[[], dict],
+        base_args: Callable[[argparse.ArgumentParser], None] = common_args) -> None:
     t_proc0 = proc_start_epoch()
     ap = argparse.ArgumentParser(prog=f"peer_{peer_name}")
-    common_args(ap)
+    base_args(ap)
     extra_args(ap)
     args = ap.parse_args()
     if args.ckpt_step is None:
@@ -202,14 +224,15 @@ def run(peer_name: str, build: Callable[[argparse.Namespace, dict | None], Any],
     _parent(peer_name, build, args, t_proc0, versions)
 
 
-def _drain(handle: Any, n: int) -> tuple[list[str], int, int]:
-    hashes, nonpad_total, tok_total = [], 0, 0
+def _drain(handle: Any, n: int) -> tuple[list[str], int, int, int]:
+    hashes, nonpad_total, tok_total, images = [], 0, 0, 0
     for _ in range(n):
-        toks, nonpad = handle.next_batch()
-        hashes.append(batch_hash(toks))
+        toks, nonpad, extra = _next(handle)
+        hashes.append(batch_hash(toks, extra.get("arrays", ())))
         nonpad_total += nonpad
         tok_total += int(np.asarray(toks).size)
-    return hashes, nonpad_total, tok_total
+        images += int(extra.get("images", 0))
+    return hashes, nonpad_total, tok_total, images
 
 
 def _parent(peer_name, build, args, t_proc0, versions) -> None:
@@ -221,19 +244,27 @@ def _parent(peer_name, build, args, t_proc0, versions) -> None:
         handle = build(args, None)
         t_built = time.perf_counter()
         out["config"] = vars(args).copy()  # build() may record effective values
-        toks, nonpad = handle.next_batch()
+        toks, nonpad, extra = _next(handle)
         t_first = time.perf_counter()
         shape = list(np.asarray(toks).shape)
-        hashes = [batch_hash(toks)]
+        extra_shapes = [list(np.asarray(x).shape) for x in extra.get("arrays", ())]
+
+        def compared(step: int) -> bool:  # batches the restore child must reproduce
+            return args.ckpt_step < step <= args.ckpt_step + args.restore_steps
+
+        hashes = [batch_hash(toks, extra.get("arrays", ()) if compared(1) else ())]
         nonpad_all, tok_all = nonpad, int(np.asarray(toks).size)
-        nonpad_after_first, ckpt_save_s, state_bytes = 0, 0.0, b""
+        images_all = int(extra.get("images", 0))
+        nonpad_after_first, images_after_first, ckpt_save_s, state_bytes = 0, 0, 0.0, b""
         for step in range(1, args.steps + 1):
             if step > 1:
-                toks, nonpad = handle.next_batch()
-                hashes.append(batch_hash(toks))
+                toks, nonpad, extra = _next(handle)
+                hashes.append(batch_hash(toks, extra.get("arrays", ()) if compared(step) else ()))
                 nonpad_all += nonpad
                 nonpad_after_first += nonpad
                 tok_all += int(np.asarray(toks).size)
+                images_all += int(extra.get("images", 0))
+                images_after_first += int(extra.get("images", 0))
             if step == args.ckpt_step:
                 tc = time.perf_counter()
                 state = handle.get_state()
@@ -257,6 +288,10 @@ def _parent(peer_name, build, args, t_proc0, versions) -> None:
         "pad_fraction": round(1 - nonpad_all / max(1, tok_all), 5),
         "tokens_per_s_after_first": round(nonpad_after_first / steady_s, 1),
         "tokens_per_s_overall": round(nonpad_all / overall_s, 1),
+        **({"extra_shapes": extra_shapes, "images": images_all,
+            "images_per_s_after_first": round(images_after_first / steady_s, 3),
+            "images_per_s_overall": round(images_all / overall_s, 3),
+            "steady_s": round(steady_s, 4), "overall_s": round(overall_s, 4)} if images_all else {}),
         "ckpt_step": args.ckpt_step,
         "ckpt_save_s": round(ckpt_save_s, 4),
         "ckpt_bytes_json": len(state_bytes),
@@ -297,10 +332,10 @@ def _child(peer_name, build, args, t_proc0) -> None:
         state = _unjson(json.loads(raw))
         handle = build(args, state)
         t_built = time.perf_counter()
-        toks, nonpad = handle.next_batch()
+        toks, nonpad, extra = _next(handle)
         t_first = time.perf_counter()
-        hashes = [batch_hash(toks)]
-        more, nonpad_more, _ = _drain(handle, max(0, args.restore_steps - 1))
+        hashes = [batch_hash(toks, extra.get("arrays", ()))]
+        more, nonpad_more, _, _ = _drain(handle, max(0, args.restore_steps - 1))
         hashes += more
         t_end = time.perf_counter()
         handle.close()

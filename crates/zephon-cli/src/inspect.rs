@@ -60,6 +60,28 @@ pub fn inspect(args: &InspectArgs) -> Result<(), CliError> {
                     };
                     println!("    {name} shard {} row {} {extent}  {shard}", f.sample.shard, f.sample.row);
                 }
+                // Images (and other attachments): which sample, which of its images, and from where.
+                for a in row.attachments() {
+                    let frag = match a.get("segment") {
+                        Some(Value::Int(k)) => row.lineage().fragments().get((*k as usize).saturating_sub(1)),
+                        _ => row.lineage().fragments().first(),
+                    };
+                    let Some(f) = frag else { continue };
+                    let d = f.sample.dataset as usize;
+                    let name = names.get(d).map_or("?", String::as_str);
+                    let source = match a.get("source") {
+                        Some(Value::Str(s)) => s.to_string(),
+                        _ => "?".into(),
+                    };
+                    let span = a.span().map_or("unplaced".to_string(), |s| format!("tokens {s}"));
+                    println!(
+                        "    {} #{} of {name} shard {} row {}: {source}, {span}",
+                        a.kind(),
+                        a.item(),
+                        f.sample.shard,
+                        f.sample.row
+                    );
+                }
             }
         }
         return Ok(());

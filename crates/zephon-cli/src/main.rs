@@ -5,6 +5,7 @@
 //! atomically or not at all.
 
 mod bench;
+mod check_tokenizer;
 mod corpus;
 mod demo;
 mod demo_images;
@@ -104,6 +105,9 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Compare the tokenizer engine (fast path or tokenizers) with the tokenizers crate on the
+    /// spec's own documents.
+    CheckTokenizer(check_tokenizer::CheckTokenizerArgs),
     /// Tokens/s, time to first batch fresh and after a restore, checkpoint size, peak RSS.
     Bench {
         #[arg(long)]
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::demo(&args),
+        Command::CheckTokenizer(args) => check_tokenizer::check_tokenizer(&args),
         Command::Run(args) => run::run(&args).map(|r| {
             if !args.quiet {
                 eprintln!(

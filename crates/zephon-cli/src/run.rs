@@ -62,6 +62,9 @@ pub struct RunReport {
     pub peak_rss_bytes: u64,
     pub checkpoint_bytes: u64,
     pub skipped_records: u64,
+    /// Images (attachments of kind `image`) in the delivered rows.
+    #[serde(default)]
+    pub images: u64,
     /// What was left out, per dataset and why.
     #[serde(default)]
     pub data: zephon::DataReport,
@@ -200,6 +203,10 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
                 first_batch = Some((Instant::now(), report.tokens + tokens));
             }
             report.tokens += tokens;
+            report.images += step
+                .rows()
+                .map(|r| r.attachments().iter().filter(|a| a.kind().as_str() == "image").count() as u64)
+                .sum::<u64>();
             report.steps += 1;
             if let Some(log) = &mut log {
                 let digests = match args.microbatch {

@@ -334,3 +334,47 @@ fn kill_9_at_any_moment_resumes_to_the_uninterrupted_run() {
         }
     }
 }
+
+#[test]
+fn check_tokenizer_compares_the_engine_with_tokenizers_on_the_specs_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spec(dir.path(), 8, 16, 512, None);
+    let o = zephon(&["check-tokenizer", "--spec", s.to_str().unwrap(), "--docs", "40"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("exact fast path") && out.contains("dataset a:") && out.contains("dataset b:"), "{out}");
+    assert!(out.contains("40 texts") && out.contains("all equal"), "{out}");
+}
+
+#[test]
+fn inspect_names_every_image_of_a_vision_language_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = zephon_testkit::testdata();
+    let mut tok: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("tokenizers/gpt2/tokenizer.json")).unwrap()).unwrap();
+    tok["added_tokens"].as_array_mut().unwrap().push(serde_json::json!({
+        "id": 50257, "content": "<image>", "single_word": false, "lstrip": false, "rstrip": false,
+        "normalized": false, "special": true
+    }));
+    let tok_path = dir.path().join("tokenizer.json");
+    std::fs::write(&tok_path, serde_json::to_vec(&tok).unwrap()).unwrap();
+    let spec = dir.path().join("vlm.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "lanes = 2\nrows_per_step = 2\n[[dataset]]\nname = \"captions\"\npath = \"{}\"\nweight = 1.0\n\
+             text_field = \"caption\"\nimages = \"image\"\n[images]\nsize = 56\n[tokenize]\ntokenizer = \"{}\"\n\
+             image_token = \"<image>\"\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 128\n[run]\nthreads = 1\n",
+            data.join("images/captioned/parquet").display(),
+            tok_path.display()
+        ),
+    )
+    .unwrap();
+    let o = zephon(&["inspect", "--spec", spec.to_str().unwrap(), "--step", "0"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("image #0 of captions shard 0 row") && out.contains(".jpg, tokens ["), "{out}");
+    let o = zephon(&["explain", "--spec", spec.to_str().unwrap()]);
+    let out = text(&o);
+    assert!(o.status.success() && out.contains("images") && out.contains("decode (zune"), "{out}");
+}

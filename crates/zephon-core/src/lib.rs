@@ -62,6 +62,7 @@ mod record;
 pub mod rng;
 mod source;
 mod step;
+pub mod testing;
 mod topology;
 
 pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
@@ -78,7 +79,7 @@ pub use id::{Lane, SampleId, Step};
 pub use lineage::{Extent, Fragment, Lineage, Span};
 pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput};
 pub use operators::Operators;
-pub use record::{Attachment, Field, Record, Value, safe_cut};
+pub use record::{Attachment, Field, Record, Value, safe_cut, slice_attachments};
 pub use rng::{Permutation, Rng, RngKey};
 pub use source::{
     Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, WorkSource, deal_chunk,

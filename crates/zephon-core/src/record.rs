@@ -190,6 +190,39 @@ impl Attachment {
     }
 }
 
+/// The attachments that positions `start..end` of an axis of `len` positions keep, moved to
+/// the slice's positions: those anchored (span start) inside, and one anchored exactly at the
+/// end of the whole axis goes with the slice that ends it. Fails when an attachment has no
+/// place yet, or a boundary would cut an atomic one. [`Record::slice`] uses it; so do
+/// operators that cut their own views of a record.
+pub fn slice_attachments(
+    attachments: &[Attachment],
+    start: u32,
+    end: u32,
+    len: u32,
+) -> Result<Vec<Attachment>, String> {
+    let mut kept = Vec::new();
+    for a in attachments {
+        let span = a.span.ok_or_else(|| {
+            format!(
+                "attachment {} #{} has no place on the sequence axis, so the record cannot be sliced",
+                a.kind, a.item
+            )
+        })?;
+        if a.cut_by(start) || a.cut_by(end) {
+            return Err(format!("slice [{start}..{end}) would cut atomic attachment {} #{} at {span}", a.kind, a.item));
+        }
+        let anchor = span.start();
+        let inside = (start <= anchor && anchor < end) || (anchor == end && end == len && start < end);
+        if inside {
+            let mut moved = a.clone();
+            moved.span = span.shifted(-i64::from(start));
+            kept.push(moved);
+        }
+    }
+    Ok(kept)
+}
+
 /// The largest position at or before `at` that no atomic attachment among `attachments`
 /// contains strictly inside: where a cut near `at` may fall. A span's start is a safe cut.
 pub fn safe_cut(attachments: &[Attachment], at: usize) -> usize {
@@ -352,33 +385,9 @@ impl Record {
         Ok(Record { fields, attachments, lineage: Lineage::single(Fragment::span(frag.sample, narrowed)) })
     }
 
-    /// The attachments a slice `start..end` of an axis of `len` positions keeps, moved to the
-    /// slice's positions. An attachment anchored exactly at the end of the whole axis belongs
-    /// to the slice that ends it.
+    /// The attachments a slice `start..end` of an axis of `len` positions keeps.
     fn attachments_in(&self, start: u32, end: u32, len: u32) -> Result<Vec<Attachment>, String> {
-        let mut kept = Vec::new();
-        for a in &self.attachments {
-            let span = a.span.ok_or_else(|| {
-                format!(
-                    "attachment {} #{} has no place on the sequence axis, so the record cannot be sliced",
-                    a.kind, a.item
-                )
-            })?;
-            if a.cut_by(start) || a.cut_by(end) {
-                return Err(format!(
-                    "slice [{start}..{end}) would cut atomic attachment {} #{} at {span}",
-                    a.kind, a.item
-                ));
-            }
-            let anchor = span.start();
-            let inside = (start <= anchor && anchor < end) || (anchor == end && end == len && start < end);
-            if inside {
-                let mut moved = a.clone();
-                moved.span = span.shifted(-i64::from(start));
-                kept.push(moved);
-            }
-        }
-        Ok(kept)
+        slice_attachments(&self.attachments, start, end, len)
     }
 
     /// The largest position at or before `at` that no atomic attachment's span contains

@@ -1,6 +1,6 @@
 //! The input side: checking a tokenized record and cutting it into pieces that fit a row.
 
-use zephon_core::{Attachment, Buffer, Field, Fragment, Lineage, Record, Value};
+use zephon_core::{Attachment, Buffer, Fragment, Record, Value, slice_attachments};
 
 use crate::config::LongDocs;
 use crate::error::PackError;
@@ -76,25 +76,22 @@ impl Piece {
         self.tokens.len()
     }
 
-    /// The piece as a record again (the form [`Record::slice`] cuts).
-    fn into_record(self, field: &Field) -> Record {
-        let mut r = Record::new(Lineage::single(self.fragment))
-            .with(field, Value::Seq(zephon_core::Array::vector(self.tokens)));
-        for a in self.attachments {
-            r.attach(a);
+    /// Positions `start..end` of this piece, as a piece: views, no copies (the whole piece is a
+    /// clone of reference counts). Fails when the cut would fall inside an atomic attachment.
+    pub fn cut(&self, start: usize, end: usize) -> Result<Piece, PackError> {
+        if start == 0 && end == self.len() {
+            return Ok(self.clone());
         }
-        r
-    }
-
-    /// Positions `start..end` of this piece, as a piece: views, no copies. Fails when the cut
-    /// would fall inside an atomic attachment.
-    pub fn cut(&self, start: usize, end: usize, field: &Field) -> Result<Piece, PackError> {
-        let sliced = self
-            .clone()
-            .into_record(field)
-            .slice(start, end)
-            .map_err(|m| PackError::Attachment { lineage: self.fragment.to_string(), message: m })?;
-        read_piece(sliced, field.as_str())?.ok_or_else(|| PackError::State(format!("empty cut {start}..{end}")))
+        let bad = |m: String| PackError::Attachment { lineage: self.fragment.to_string(), message: m };
+        let (s, e) = (start as u32, end as u32);
+        let tokens =
+            self.tokens.slice(start..end).ok_or_else(|| bad(format!("cut {start}..{end} outside the piece")))?;
+        let fragment = self
+            .fragment
+            .sub(s, e.saturating_sub(s))
+            .ok_or_else(|| bad(format!("cut {start}..{end} outside the piece")))?;
+        let attachments = slice_attachments(&self.attachments, s, e, self.len() as u32).map_err(bad)?;
+        Ok(Piece { fragment, tokens, attachments })
     }
 
     /// The largest position at or before `at` that does not fall inside an atomic attachment.
@@ -107,7 +104,7 @@ impl Piece {
 /// long-document policy. Split cuts every T tokens, moving a cut back to the start of an atomic
 /// attachment it would fall inside; truncate keeps the first piece only. An atomic attachment
 /// longer than T is an error: no row can hold it whole.
-pub(crate) fn pieces(piece: Piece, seq_len: usize, long: LongDocs, field: &Field) -> Result<Vec<Piece>, PackError> {
+pub(crate) fn pieces(piece: Piece, seq_len: usize, long: LongDocs) -> Result<Vec<Piece>, PackError> {
     let n = piece.len();
     if n <= seq_len {
         return Ok(vec![piece]);
@@ -122,7 +119,7 @@ pub(crate) fn pieces(piece: Piece, seq_len: usize, long: LongDocs, field: &Field
                 return Err(too_long(&piece, at, seq_len));
             }
         }
-        out.push(piece.cut(at, end, field)?);
+        out.push(piece.cut(at, end)?);
         if long == LongDocs::Truncate {
             break;
         }
@@ -154,7 +151,7 @@ fn record_name(record: &Record) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zephon_core::{Array, SampleId, Span};
+    use zephon_core::{Array, Lineage, SampleId, Span};
 
     fn frag(start: u32, end: u32) -> Fragment {
         Fragment::range(SampleId::new(0, 0, 3), start, end).unwrap()
@@ -196,9 +193,8 @@ mod tests {
 
     #[test]
     fn pieces_split_and_truncate_without_copying() {
-        let field = Field::new("tokens");
         let doc = piece(frag(10, 17), (0..7).collect());
-        let got: Vec<_> = pieces(doc.clone(), 3, LongDocs::Split, &field)
+        let got: Vec<_> = pieces(doc.clone(), 3, LongDocs::Split)
             .unwrap()
             .into_iter()
             .map(|p| {
@@ -207,23 +203,22 @@ mod tests {
             })
             .collect();
         assert_eq!(got, vec![(frag(10, 13), vec![0, 1, 2]), (frag(13, 16), vec![3, 4, 5]), (frag(16, 17), vec![6])]);
-        let got = pieces(doc, 3, LongDocs::Truncate, &field).unwrap();
+        let got = pieces(doc, 3, LongDocs::Truncate).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].fragment, got[0].tokens.to_vec()), (frag(10, 13), vec![0, 1, 2]));
     }
 
     #[test]
     fn pieces_never_cut_atomic_attachments() {
-        let field = Field::new("tokens");
         let mut doc = piece(frag(0, 10), (0..10).collect());
         doc.attachments.push(Attachment::new(&"image".into(), 0).placed(Span::at(2, 3).unwrap(), true));
         doc.attachments.push(Attachment::new(&"image".into(), 1).placed(Span::at(7, 2).unwrap(), true));
-        let got = pieces(doc.clone(), 4, LongDocs::Split, &field).unwrap();
+        let got = pieces(doc.clone(), 4, LongDocs::Split).unwrap();
         let ends: Vec<_> = got.iter().map(|p| p.fragment.positions().unwrap().end()).collect();
         assert_eq!(ends, vec![2, 6, 10], "cuts at 4 and 8 fall inside images, so they move back");
         assert_eq!(got[1].attachments[0].span(), Span::at(0, 3));
         assert_eq!(got[2].attachments[0].span(), Span::at(1, 2));
-        let e = pieces(doc, 2, LongDocs::Split, &field).unwrap_err().to_string();
+        let e = pieces(doc, 2, LongDocs::Split).unwrap_err().to_string();
         assert!(e.contains("image #0 of 3 tokens cannot fit a row of 2"), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use zephon_core::{Accumulator, AccumulatorState, Field, Lineage, OpError, RebuildInput, Record};
+use zephon_core::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
 use crate::config::PackConfig;
 use crate::doc::{Piece, pieces, read_piece};
@@ -23,7 +23,6 @@ pub(crate) enum Choice {
 /// "first in the list" and the state needs no creation counters.
 pub(crate) struct FitAcc {
     config: Arc<PackConfig>,
-    field: Field,
     choice: Choice,
     cap: usize,
     open: Vec<OpenRow>,
@@ -31,8 +30,7 @@ pub(crate) struct FitAcc {
 
 impl FitAcc {
     pub fn new(config: Arc<PackConfig>, choice: Choice, cap: usize) -> Self {
-        let field = Field::new(&config.input_field);
-        FitAcc { config, field, choice, cap, open: Vec::with_capacity(cap) }
+        FitAcc { config, choice, cap, open: Vec::with_capacity(cap) }
     }
 
     /// Places one piece of at most T tokens.
@@ -80,7 +78,7 @@ impl FitAcc {
 impl Accumulator for FitAcc {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
-        for piece in pieces(doc, self.config.seq_len, self.config.long, &self.field)? {
+        for piece in pieces(doc, self.config.seq_len, self.config.long)? {
             self.place(piece, out)?;
         }
         Ok(())

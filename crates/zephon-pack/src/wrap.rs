@@ -4,8 +4,6 @@ use std::sync::Arc;
 
 use zephon_core::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
-use zephon_core::Field;
-
 use crate::config::{LongDocs, PackConfig};
 use crate::doc::{read_piece, too_long};
 use crate::error::PackError;
@@ -16,15 +14,13 @@ use crate::state;
 /// the current row starts the next one, so the only state is the row under construction.
 pub(crate) struct WrapAcc {
     config: Arc<PackConfig>,
-    field: Field,
     row: OpenRow,
 }
 
 impl WrapAcc {
     pub fn new(config: Arc<PackConfig>) -> Self {
         let row = OpenRow::new(&config);
-        let field = Field::new(&config.input_field);
-        WrapAcc { config, field, row }
+        WrapAcc { config, row }
     }
 
     fn emit(&mut self, out: &mut Vec<Record>) -> Result<(), PackError> {
@@ -59,7 +55,7 @@ impl Accumulator for WrapAcc {
                 self.emit(out)?;
                 continue;
             }
-            self.row.push(doc.cut(at, end, &self.field)?)?;
+            self.row.push(doc.cut(at, end)?)?;
             at = end;
             if self.row.is_complete(&self.config) {
                 self.emit(out)?;

@@ -36,6 +36,8 @@ pub use spec::Spec;
 
 // The core is re-exported as `lane_core`, not `core`: a glob import of this crate must not
 // shadow Rust's own `core`.
+#[cfg(feature = "candle")]
+pub use zephon_candle::{self as candle, Prefetcher, Sink};
 pub use zephon_core::{
     self as lane_core, BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, Record, SampleId, Step, Tail,
     Topology, Value, step_fingerprint,
@@ -45,7 +47,5 @@ pub use zephon_mix::{self as mix, EstimateConfig, Exhaustion, Order, RowOrder, T
 pub use zephon_pack::{self as pack, Algorithm, LongDocs, Pack, PackConfig};
 #[cfg(feature = "text")]
 pub use zephon_text::{self as text, ImagePlaceholders, LongDocuments, Tokenize, Tokenizer};
-#[cfg(feature = "candle")]
-pub use zephon_candle::{self as candle, Prefetcher, Sink};
 #[cfg(feature = "vision")]
 pub use zephon_vision::{self as vision, ImageTokens, Images, ImagesConfig, PixelLayout};

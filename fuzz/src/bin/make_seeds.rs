@@ -29,6 +29,17 @@ fn main() {
                 order = \"blocks\"\nblock_size = 100\nexhaustion = \"stop\"\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 2048\n\
                 [shuffle]\nbuffer = 64\n[run]\nthreads = 2\nbad_records = \"skip\"\n";
     put(&root.join("spec"), "full", spec.as_bytes());
+    // Images the project's own pure-Python encoder made (scripts/testdata/jpegenc.py): every
+    // chroma subsampling and restart intervals.
+    let edge = std::env::var_os("ZEPHON_TESTDATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/zephon-testdata"))
+        .join("images/edge");
+    for name in ["gen_py_sub420.jpg", "gen_py_sub444.jpg", "gen_py_restart1_420.jpg", "gen_py_gray.jpg"] {
+        if let Ok(bytes) = fs::read(edge.join(name)) {
+            put(&root.join("image"), name, &bytes);
+        }
+    }
 }
 
 fn put(dir: &Path, name: &str, bytes: &[u8]) {

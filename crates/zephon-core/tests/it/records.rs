@@ -129,3 +129,85 @@ fn batches_stack_equal_rows_and_keep_unequal_ones_ragged() {
     let err = Batch::from_rows([&a, &c]).unwrap_err().to_string();
     assert!(err.contains("row 1 is i32, row 0 is u32"), "{err}");
 }
+
+/// An operator whose accumulator forgets to declare itself, and one whose `rebuild` is wrong.
+mod contract {
+    use super::*;
+
+    pub struct Undeclared;
+    impl Operator for Undeclared {
+        fn name(&self) -> &str {
+            "undeclared"
+        }
+        fn fingerprint(&self) -> String {
+            String::new()
+        }
+        fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
+            Some(Box::new(Pass))
+        }
+    }
+
+    pub struct Pass;
+    impl Accumulator for Pass {
+        fn push(&mut self, r: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+            out.push(r);
+            Ok(())
+        }
+        fn export(&self) -> AccumulatorState {
+            AccumulatorState::default()
+        }
+        fn import(&mut self, _: AccumulatorState, _: Vec<Record>) -> Result<(), OpError> {
+            Ok(())
+        }
+    }
+
+    /// Appends a counter to each record: its output depends on history, and its `rebuild`
+    /// (the default: the input unchanged) cannot remake it.
+    pub struct Counter;
+    impl Operator for Counter {
+        fn name(&self) -> &str {
+            "counter"
+        }
+        fn fingerprint(&self) -> String {
+            String::new()
+        }
+        fn kind(&self) -> OperatorKind {
+            OperatorKind::Accumulate
+        }
+        fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
+            Some(Box::new(Count(0)))
+        }
+    }
+
+    pub struct Count(i64);
+    impl Accumulator for Count {
+        fn push(&mut self, r: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+            self.0 += 1;
+            out.push(r.with(&"n".into(), Value::Int(self.0)));
+            Ok(())
+        }
+        fn export(&self) -> AccumulatorState {
+            AccumulatorState { values: vec![self.0 as u64], buffered: vec![] }
+        }
+        fn import(&mut self, s: AccumulatorState, _: Vec<Record>) -> Result<(), OpError> {
+            self.0 = s.values.first().copied().unwrap_or(0) as i64;
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn an_accumulator_its_kind_does_not_declare_is_refused() {
+    let s = spec(corpus(40, 10, 1), Operators::new().then(contract::Undeclared), 4, 10, Tail::Drop);
+    let e = Engine::start(s, Topology::single(2, 2).unwrap(), opts(1, 2, 1)).err().unwrap().to_string();
+    assert!(e.contains("returns an accumulator but its kind() is Map"), "{e}");
+}
+
+#[test]
+fn check_operator_proves_a_good_operator_and_catches_a_bad_rebuild() {
+    use zephon_core::testing::{CheckOptions, check_operator};
+    let report = check_operator(|| ByteTokenize, corpus(200, 20, 3), CheckOptions::default()).unwrap();
+    assert!(report.configurations.len() >= 10, "{:?}", report.configurations);
+    let e = check_operator(|| contract::Counter, corpus(200, 20, 3), CheckOptions::default()).unwrap_err();
+    assert!(e.contains("held accumulator after it"), "the bad rebuild shows once something holds its output: {e}");
+}

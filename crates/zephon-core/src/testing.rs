@@ -1,0 +1,247 @@
+//! Proving a third-party operator in one call: [`check_operator`] runs it through the engine at
+//! several world sizes and thread counts, across a checkpoint restored at another world size,
+//! and with a second accumulator after it (so that its `rebuild` runs), and compares every
+//! global step with a single-process run.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use zephon_core::testing::{CheckOptions, check_operator};
+//! use zephon_core::*;
+//!
+//! struct Upper;
+//! impl Operator for Upper {
+//!     fn name(&self) -> &str { "upper" }
+//!     fn fingerprint(&self) -> String { "v1".into() }
+//!     fn apply(&self, mut r: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+//!         let t = r.str("text").ok_or_else(|| OpError::Data("no text".into()))?.to_uppercase();
+//!         r.set(&"text".into(), Value::text(t));
+//!         out.push(r);
+//!         Ok(())
+//!     }
+//! }
+//! let texts: Vec<String> = (0..40).map(|i| format!("document {i}")).collect();
+//! let data = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("d", "text", vec![texts]))]);
+//! let report = check_operator(|| Upper, data, CheckOptions::default())?;
+//! assert!(report.steps > 0);
+//! # Ok::<(), String>(())
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::digest::Digest;
+use crate::engine::{BadRecords, Engine, ExecOptions, RunSpec, Tail};
+use crate::error::OpError;
+use crate::lineage::Lineage;
+use crate::operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind};
+use crate::operators::Operators;
+use crate::record::Record;
+use crate::rng::RngKey;
+use crate::source::{Datasets, SequentialSource};
+use crate::step::step_fingerprint;
+use crate::topology::Topology;
+
+/// How hard [`check_operator`] looks.
+#[derive(Copy, Clone, Debug)]
+pub struct CheckOptions {
+    /// Lanes (the world sizes tried are its divisors up to 8).
+    pub lanes: u32,
+    /// Rows each lane gives a step.
+    pub rows_per_lane: u32,
+    /// Steps compared.
+    pub steps: u64,
+    /// Samples per chunk of the work source.
+    pub chunk_size: u64,
+    /// Passes over the data (the source repeats it this many times).
+    pub epochs: u64,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { lanes: 4, rows_per_lane: 2, steps: 8, chunk_size: 3, epochs: 1000, seed: 7 }
+    }
+}
+
+/// What [`check_operator`] compared.
+#[derive(Clone, Debug)]
+pub struct CheckReport {
+    /// Steps compared in every configuration.
+    pub steps: u64,
+    /// Configurations that equalled the single-process run, described.
+    pub configurations: Vec<String>,
+}
+
+/// Runs the operator `make()` builds over `datasets` and checks that every global step is the
+/// same at world sizes 1, 2, 4, 8 (those dividing the lanes), with 1 and 2 threads, after a
+/// checkpoint taken at world size 2 and restored at world size 1 and at the largest one, and
+/// all of that again with a pass-through accumulator after the operator (which makes a restore
+/// call its `Accumulator::rebuild` for records it emitted). Returns what it compared, or the
+/// first difference or error.
+pub fn check_operator<O: Operator>(
+    make: impl Fn() -> O,
+    datasets: Datasets,
+    options: CheckOptions,
+) -> Result<CheckReport, String> {
+    let o = options;
+    let make = Arc::new(move || -> Arc<dyn Operator> { Arc::new(make()) });
+    let ws: Vec<u32> = [1, 2, 4, 8].into_iter().filter(|w| o.lanes.is_multiple_of(*w)).collect();
+    let mut report = CheckReport { steps: o.steps, configurations: Vec::new() };
+    for hold in [false, true] {
+        let ops = || {
+            let ops = Operators::new().then_arc(make());
+            if hold { ops.then(Hold) } else { ops }
+        };
+        let spec = RunSpec {
+            operators: ops(),
+            source: Arc::new(SequentialSource::new(&datasets.manifests(), o.chunk_size, o.epochs, o.seed)),
+            datasets: datasets.clone(),
+            seed: o.seed,
+            bad_records: BadRecords::Fail,
+            tail: Tail::Drop,
+            metadata: Default::default(),
+        };
+        let after = if hold { " + a held accumulator after it" } else { "" };
+        let run = |w: u32, threads: usize, from: Option<&Path>, to: u64, save: Option<&Path>| {
+            fingerprints(&spec, o.lanes, o.lanes * o.rows_per_lane, w, threads, from, to, save)
+        };
+        let reference = run(1, 1, None, o.steps, None)?;
+        if reference.len() as u64 != o.steps {
+            return Err(format!(
+                "the data ends after {} of {} steps: give more data or fewer steps",
+                reference.len(),
+                o.steps
+            ));
+        }
+        for &w in &ws {
+            for threads in [1, 2] {
+                let got = run(w, threads, None, o.steps, None)?;
+                compare(&reference, &got, 0, &format!("W={w} threads={threads}{after}"))?;
+                report.configurations.push(format!("W={w} threads={threads}{after}"));
+            }
+        }
+        let tmp = std::env::temp_dir().join(format!("zephon-check-{}-{}", std::process::id(), hold));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let half = o.steps / 2;
+        let w0 = if o.lanes.is_multiple_of(2) { 2 } else { 1 };
+        let head = run(w0, 2, None, half, Some(&tmp))?;
+        compare(&reference, &head, 0, &format!("W={w0} to the checkpoint{after}"))?;
+        for &w in [1, *ws.last().unwrap_or(&1)].iter() {
+            let tail = run(w, 2, Some(&tmp), o.steps, None)?;
+            compare(&reference, &tail, half, &format!("checkpoint at step {half} (W={w0}) restored at W={w}{after}"))?;
+            report.configurations.push(format!("restore W={w0}→{w} at step {half}{after}"));
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    Ok(report)
+}
+
+fn compare(reference: &[Digest], got: &[Digest], from: u64, what: &str) -> Result<(), String> {
+    for (i, d) in got.iter().enumerate() {
+        let s = from as usize + i;
+        if reference.get(s) != Some(d) {
+            return Err(format!("{what}: step {s} differs from the single-process run"));
+        }
+    }
+    Ok(())
+}
+
+/// Global fingerprints of steps up to `to`, every rank of world size `w` in this process.
+#[allow(clippy::too_many_arguments)]
+fn fingerprints(
+    spec: &RunSpec,
+    lanes: u32,
+    rows: u32,
+    w: u32,
+    threads: usize,
+    resume: Option<&Path>,
+    to: u64,
+    save: Option<&Path>,
+) -> Result<Vec<Digest>, String> {
+    let opts = ExecOptions { threads, prefetch_steps: 2, unit_samples: 2, snapshot_every: 1 };
+    let mut engines = Vec::new();
+    for r in 0..w {
+        let t = Topology::new(lanes, rows, w, r).map_err(|e| e.to_string())?;
+        engines.push(
+            match resume {
+                Some(d) => Engine::restore(spec.clone(), t, opts, d),
+                None => Engine::start(spec.clone(), t, opts),
+            }
+            .map_err(|e| e.to_string())?,
+        );
+    }
+    let mut out = Vec::new();
+    while engines[0].position().0 < to {
+        let mut digests = Vec::new();
+        for e in &mut engines {
+            match e.next_step().map_err(|e| e.to_string())? {
+                Some(step) => digests.extend(step.lane_digests().map(|(_, d)| d)),
+                None => return Ok(out),
+            }
+        }
+        out.push(step_fingerprint(&digests));
+    }
+    if let Some(dir) = save {
+        for e in &engines {
+            e.checkpoint(dir).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
+}
+
+/// A pass-through accumulator that holds three records and lets them go in a seeded order, so
+/// that a checkpoint holds the checked operator's outputs and a restore must rebuild them.
+struct Hold;
+
+impl Operator for Hold {
+    fn name(&self) -> &str {
+        "hold"
+    }
+    fn fingerprint(&self) -> String {
+        "hold/3".into()
+    }
+    fn kind(&self) -> OperatorKind {
+        OperatorKind::Accumulate
+    }
+    fn accumulator(&self, lane: LaneContext) -> Option<Box<dyn Accumulator>> {
+        Some(Box::new(HoldAcc {
+            key: RngKey::new(lane.seed, "check-hold").with(u64::from(lane.lane.0)),
+            n: 0,
+            held: Vec::new(),
+        }))
+    }
+}
+
+struct HoldAcc {
+    key: RngKey,
+    n: u64,
+    held: Vec<Record>,
+}
+
+impl Accumulator for HoldAcc {
+    fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        self.n += 1;
+        self.held.push(record);
+        if self.held.len() > 3 {
+            let i = self.key.below_at(self.n, self.held.len() as u64) as usize;
+            out.push(self.held.remove(i));
+        }
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Record>) -> Result<(), OpError> {
+        out.append(&mut self.held);
+        Ok(())
+    }
+    fn export(&self) -> AccumulatorState {
+        AccumulatorState {
+            values: vec![self.n],
+            buffered: self.held.iter().map(|r| r.lineage().clone()).collect::<Vec<Lineage>>(),
+        }
+    }
+    fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
+        self.n = *state.values.first().ok_or_else(|| OpError::Fatal("hold: no count".into()))?;
+        self.held = buffered;
+        Ok(())
+    }
+}
