@@ -17,8 +17,9 @@ Pipeline (the same steps as our `[images] preset = "llava"` + `one_per_row` spec
 Resize + crop: by default one `Image.resize((336, 336), BILINEAR, box=...)` over the source region
 the crop keeps (`--crop box`). Pillow's convolution with a box uses the same sample positions and
 weights as resizing the whole image to (336, int(336 * long / short)) and cropping the centre
-(HF CLIPImageProcessor: `resize` then `center_crop`, offsets (resized - 336) // 2), so the pixels
-are the same, minus the work on the cropped-away columns. That is also how ours works. `--crop
+(HF CLIPImageProcessor: `resize` then `center_crop`, offsets (resized - 336) // 2), without the
+work on the cropped-away columns; that is also how ours works. On the 43 photos the two differ by
+at most 1 level in < 0.12 % of the values (the box is given in float source coordinates). `--crop
 after` does the HF order literally (resize the whole image, then `Image.crop`).
 
 Not done (HF's CLIP processor does not do them either): `Image.draft` (JPEG DCT-domain downscale)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create (or reuse) the peer venv used by peer_zephon.py / peer_grain.py / bench_peers.py.
+# Create (or reuse) the peer venv used by peer_zephon.py / peer_grain.py / bench_peers.py and the
+# vision-language benchmark (peer_grain_vlm.py / bench_vlm.py, which also need Pillow).
 # Idempotent: does nothing when the venv already holds exactly requirements.txt.
 #   VENV=/path bash setup_venv.sh [--force]
 set -euo pipefail
@@ -8,9 +9,9 @@ VENV=${VENV:-/root/.cache/zephon-peers/venv}
 REQ=$HERE/requirements.txt
 STAMP=$VENV/.zephon-peers-requirements.sha256
 want=$(cat "$REQ" "$HERE/constraints.txt" | sha256sum | cut -d" " -f1)
-check='import zephon, grain, tokenizers, transformers, numpy, psutil
+check='import zephon, grain, tokenizers, transformers, numpy, psutil, PIL
 print("zephon", zephon.__version__, "grain", grain.__version__, "tokenizers", tokenizers.__version__,
-      "transformers", transformers.__version__, "numpy", numpy.__version__)'
+      "transformers", transformers.__version__, "numpy", numpy.__version__, "pillow", PIL.__version__)'
 
 if [[ ${1:-} != --force && -x $VENV/bin/python && -f $STAMP && $(cat "$STAMP") == "$want" ]] \
     && "$VENV/bin/python" -c "$check" >/dev/null 2>&1; then

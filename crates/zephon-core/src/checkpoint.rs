@@ -61,10 +61,23 @@ pub struct LaneState {
     pub skips: Skips,
     /// Whether the lane's input has ended and its accumulators are flushed.
     pub finished: bool,
+    /// What the end of the input left out under `Tail::Drop`: the rows of a final partial
+    /// step (with the token positions of each dataset they held).
+    #[serde(default)]
+    pub tail_dropped: TailDropped,
     /// One state per accumulator stage, in pipeline order.
     pub accumulators: Vec<AccumulatorState>,
     /// Rows emitted after the checkpoint's step but before the state was taken, by lineage.
     pub pending: Vec<Lineage>,
+}
+
+/// Rows the end of finite data left out (a final partial step under `Tail::Drop`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TailDropped {
+    /// Rows left out.
+    pub rows: u64,
+    /// Positions (tokens) of each dataset those rows held, by dataset index.
+    pub positions: BTreeMap<u32, u64>,
 }
 
 /// Records skipped under the skip policy, by dataset index: how many, and why the first was.

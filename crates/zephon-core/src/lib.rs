@@ -68,7 +68,7 @@ mod topology;
 pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
 pub use batch::{Batch, Column, ColumnData, Ragged};
 pub use buffer::Buffer;
-pub use checkpoint::{Cursor, LaneState, RunFingerprint, SkipTally, Skips};
+pub use checkpoint::{Cursor, LaneState, RunFingerprint, SkipTally, Skips, TailDropped};
 pub use digest::{Digest, Hasher};
 pub use encoding::{ENCODING_VERSION, encode_record};
 pub use engine::{BadRecords, Engine, ExecOptions, RunSpec, Tail};

@@ -99,21 +99,24 @@ pub struct PackConfig {
     pub input_field: String,
 }
 
-/// Default [`PackConfig::max_segments`]: enough for 2048-token rows of 32-token documents.
-pub const DEFAULT_MAX_SEGMENTS: usize = 64;
+/// Default [`PackConfig::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
+/// its documents only when they average fewer than this many tokens, so short documents fill
+/// rows (a fixed cap of 64 left 1024-token rows of 14-token documents 8 % empty), and
+/// `cu_seqlens` stays a quarter of the row's width.
+pub const DEFAULT_TOKENS_PER_SEGMENT: usize = 4;
 
 /// Default [`PackConfig::ignore_index`]: what PyTorch's cross-entropy ignores by default.
 pub const DEFAULT_IGNORE_INDEX: i32 = -100;
 
 impl PackConfig {
     /// `algorithm` into rows of `seq_len` tokens, with the defaults: at most
-    /// [`DEFAULT_MAX_SEGMENTS`] documents a row (capped at `seq_len`), long documents split,
+    /// `seq_len / DEFAULT_TOKENS_PER_SEGMENT` documents a row (at least 1), long documents split,
     /// padding id 0, ignore index -100, input field `tokens`.
     pub fn new(algorithm: Algorithm, seq_len: usize) -> Self {
         PackConfig {
             algorithm,
             seq_len,
-            max_segments: DEFAULT_MAX_SEGMENTS.min(seq_len.max(1)),
+            max_segments: (seq_len / DEFAULT_TOKENS_PER_SEGMENT).max(1),
             long: LongDocs::Split,
             pad_id: 0,
             ignore_index: DEFAULT_IGNORE_INDEX,
@@ -185,8 +188,10 @@ mod tests {
 
     #[test]
     fn default_max_segments_never_exceeds_seq_len() {
-        assert_eq!(PackConfig::new(Algorithm::Wrap, 8).max_segments, 8);
-        assert_eq!(PackConfig::new(Algorithm::Wrap, 2048).max_segments, DEFAULT_MAX_SEGMENTS);
+        assert_eq!(PackConfig::new(Algorithm::Wrap, 8).max_segments, 2);
+        assert_eq!(PackConfig::new(Algorithm::Wrap, 3).max_segments, 1);
+        assert_eq!(PackConfig::new(Algorithm::Wrap, 64).max_segments, 16, "cu_seqlens of 18, not 66");
+        assert_eq!(PackConfig::new(Algorithm::Wrap, 1024).max_segments, 256);
         assert_eq!(PackConfig::new(Algorithm::Wrap, 8).validate(), Ok(()));
     }
 

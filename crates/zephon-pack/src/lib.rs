@@ -75,7 +75,7 @@ use std::sync::Arc;
 
 use zephon_core::{Accumulator, LaneContext, Operator, OperatorKind};
 
-pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_MAX_SEGMENTS, LongDocs, PackConfig};
+pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, LongDocs, PackConfig};
 pub use error::PackError;
 pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS};
 

@@ -13,6 +13,9 @@ use crate::error::Result;
 pub struct DataReport {
     /// One entry per dataset, in order.
     pub datasets: Vec<DatasetReport>,
+    /// Rows of a final partial step the end of finite data left out (`tail = "drop"`).
+    #[serde(default)]
+    pub tail_dropped_rows: u64,
 }
 
 /// What was left out of one dataset.
@@ -31,12 +34,15 @@ pub struct DatasetReport {
     pub dropped_documents: u64,
     /// Their tokens.
     pub dropped_tokens: u64,
+    /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
+    #[serde(default)]
+    pub tail_dropped_tokens: u64,
 }
 
 impl DataReport {
     /// Whether nothing was left out.
     pub fn is_clean(&self) -> bool {
-        self.datasets.iter().all(|d| d.skipped == 0 && d.dropped_documents == 0)
+        self.tail_dropped_rows == 0 && self.datasets.iter().all(|d| d.skipped == 0 && d.dropped_documents == 0)
     }
 
     /// One line per dataset that lost something, saying how much and why.
@@ -53,6 +59,19 @@ impl DataReport {
                     d.name, d.dropped_documents, d.dropped_tokens
                 ));
             }
+        }
+        if self.tail_dropped_rows > 0 {
+            let per: Vec<String> = self
+                .datasets
+                .iter()
+                .filter(|d| d.tail_dropped_tokens > 0)
+                .map(|d| format!("{} {} tokens", d.name, d.tail_dropped_tokens))
+                .collect();
+            out.push(format!(
+                "the end of the data left out {} rows of a final partial step ({}); tail = \"partial\" delivers them",
+                self.tail_dropped_rows,
+                per.join(", ")
+            ));
         }
         out
     }
@@ -115,8 +134,18 @@ impl Loader {
                 }
             })
             .collect();
+        let lanes = self.engine.lane_states();
+        let mut tail_dropped_rows = 0;
+        for lane in &lanes {
+            tail_dropped_rows += lane.tail_dropped.rows;
+            for (d, n) in &lane.tail_dropped.positions {
+                if let Some(r) = datasets.get_mut(*d as usize) {
+                    r.tail_dropped_tokens += n;
+                }
+            }
+        }
         if let Some(k) = self.assembled.ensure_stage {
-            for lane in self.engine.lane_states() {
+            for lane in lanes {
                 let per = lane.accumulators.get(k).and_then(zephon_mix::dropped).unwrap_or_default();
                 for (r, (emitted, docs, tokens)) in datasets.iter_mut().zip(per) {
                     r.mixed_tokens += emitted;
@@ -125,7 +154,7 @@ impl Loader {
                 }
             }
         }
-        DataReport { datasets }
+        DataReport { datasets, tail_dropped_rows }
     }
 
     /// The token estimates the mixture was planned with (measured, or from the checkpoint).

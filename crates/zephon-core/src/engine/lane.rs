@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::checkpoint::{Cursor, LaneState, Skips};
+use crate::checkpoint::{Cursor, LaneState, Skips, TailDropped};
 use crate::error::{Error, OpError, record_error};
 use crate::id::{Lane, Step};
 use crate::lineage::Lineage;
@@ -37,6 +37,7 @@ struct SnapshotCore {
     rows_emitted: u64,
     skips: Skips,
     finished: bool,
+    tail_dropped: TailDropped,
     accumulators: Vec<AccumulatorState>,
     pending: Vec<Lineage>,
 }
@@ -52,6 +53,7 @@ impl Snapshot {
             rows_emitted: c.rows_emitted,
             skips: c.skips.clone(),
             finished: c.finished,
+            tail_dropped: c.tail_dropped.clone(),
             accumulators: c.accumulators.clone(),
             pending: c.pending.get(self.pending_from..).unwrap_or_default().to_vec(),
         }
@@ -105,6 +107,7 @@ pub(crate) struct LaneRun {
     cursor: Cursor,
     rows_emitted: u64,
     skips: Skips,
+    tail_dropped: TailDropped,
     /// Per dataset: bad records skipped in a row (reset by a good one), and the most that may
     /// come in a row before the lane stops: a dataset whose rows are all bad would otherwise
     /// make a repeating run spin forever, delivering nothing.
@@ -166,6 +169,7 @@ impl LaneRun {
             cursor: Cursor::default(),
             rows_emitted: 0,
             skips: Skips::default(),
+            tail_dropped: TailDropped::default(),
             bad_in_a_row: vec![0; setup.bad_limit.len()],
             bad_limit: setup.bad_limit,
             finished: false,
@@ -187,6 +191,7 @@ impl LaneRun {
         run.cursor = state.cursor;
         run.skip_outputs = state.input_progress;
         run.skips = state.skips.clone();
+        run.tail_dropped = state.tail_dropped.clone();
         run.finished = state.finished;
         // A checkpoint is checksummed, not trusted: a crafted one could claim fewer rows than
         // it lists as pending.
@@ -255,6 +260,7 @@ impl LaneRun {
             rows_emitted: self.rows_emitted,
             skips: self.skips.clone(),
             finished: self.finished,
+            tail_dropped: self.tail_dropped.clone(),
             accumulators,
             pending,
         });
@@ -479,8 +485,19 @@ impl LaneRun {
 
     /// After the input has ended: a final partial step, if the tail policy keeps one.
     fn finish_tail(&mut self) {
-        if self.tail == Tail::Partial && !self.current.is_empty() {
+        if self.current.is_empty() {
+            return;
+        }
+        if self.tail == Tail::Partial {
             self.finalize();
+            return;
+        }
+        // Left out, but counted: the run reports what the end of the data dropped.
+        for row in std::mem::take(&mut self.current) {
+            self.tail_dropped.rows += 1;
+            for f in row.lineage().fragments() {
+                *self.tail_dropped.positions.entry(f.sample.dataset).or_default() += u64::from(f.len());
+            }
         }
     }
 

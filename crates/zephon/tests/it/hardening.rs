@@ -198,3 +198,25 @@ fn a_dataset_of_only_bad_records_stops_the_run_instead_of_spinning() {
     assert_eq!(report.datasets[0].skipped, 50);
     assert!(report.lines()[0].contains("dataset numbers: 50 bad records skipped"), "{:?}", report.lines());
 }
+
+#[test]
+fn what_the_end_of_finite_data_leaves_out_is_reported() {
+    let dir = tmp();
+    let text = two_fields_spec(dir.path(), "")
+        .replace("[source]\nchunk_size = 8", "[source]\nchunk_size = 8\nexhaustion = \"stop\"");
+    let run = |tail: &str| {
+        let s = parse_named(&format!("{text}[run]\ntail = \"{tail}\"\n"), "finite.toml");
+        let mut loader = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).unwrap();
+        let mut rows = 0;
+        while let Some(step) = loader.next_step().unwrap() {
+            rows += step.len();
+        }
+        (rows, loader.report())
+    };
+    let (kept, partial) = run("partial");
+    assert_eq!(partial.tail_dropped_rows, 0);
+    let (dropped_run, report) = run("drop");
+    assert!(report.tail_dropped_rows > 0 && dropped_run + report.tail_dropped_rows as usize == kept, "{report:?}");
+    let line = report.lines().join("\n");
+    assert!(line.contains("the end of the data left out") && line.contains("tokens"), "{line}");
+}
