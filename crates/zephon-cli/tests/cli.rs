@@ -358,14 +358,28 @@ fn inspect_names_every_image_of_a_vision_language_step() {
     }));
     let tok_path = dir.path().join("tokenizer.json");
     std::fs::write(&tok_path, serde_json::to_vec(&tok).unwrap()).unwrap();
+    // The small photos only (the wallpapers take seconds each to decode in a test build).
+    let small: Vec<String> = std::fs::read_to_string(data.join("images/captioned/captions.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"caer-"))
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let path = data.join("images/captioned").join(v["file"].as_str().unwrap());
+            v["file"] = serde_json::json!(path.display().to_string());
+            v.to_string()
+        })
+        .collect();
+    let captions = dir.path().join("small.jsonl");
+    std::fs::write(&captions, small.join("\n") + "\n").unwrap();
     let spec = dir.path().join("vlm.toml");
     std::fs::write(
         &spec,
         format!(
             "lanes = 2\nrows_per_step = 2\n[[dataset]]\nname = \"captions\"\npath = \"{}\"\nweight = 1.0\n\
-             text_field = \"caption\"\nimages = \"image\"\n[images]\nsize = 56\n[tokenize]\ntokenizer = \"{}\"\n\
+             text_field = \"caption\"\nimages = \"file\"\n[images]\nsize = 56\n[tokenize]\ntokenizer = \"{}\"\n\
              image_token = \"<image>\"\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 128\n[run]\nthreads = 1\n",
-            data.join("images/captioned/parquet").display(),
+            captions.display(),
             tok_path.display()
         ),
     )
@@ -373,7 +387,7 @@ fn inspect_names_every_image_of_a_vision_language_step() {
     let o = zephon(&["inspect", "--spec", spec.to_str().unwrap(), "--step", "0"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(out.contains("image #0 of captions shard 0 row") && out.contains(".jpg, tokens ["), "{out}");
+    assert!(out.contains("image #0 of captions shard 0 row") && out.contains("caer-") && out.contains(".jpg, tokens ["), "{out}");
     let o = zephon(&["explain", "--spec", spec.to_str().unwrap()]);
     let out = text(&o);
     assert!(o.status.success() && out.contains("images") && out.contains("decode (zune"), "{out}");

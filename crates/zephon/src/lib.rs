@@ -5,11 +5,20 @@
 //! counts. This crate is the front door: a builder DSL ([`Pipeline`]) and a TOML [`Spec`] that
 //! assemble the workspace's crates —
 //!
-//! - `zephon-core`: lanes, the ordered parallel executor, steps, checkpoints;
-//! - `zephon-io`: JSONL and Parquet shards;
-//! - `zephon-mix`: mixtures, shuffles, epochs, token estimation, `ensure_mixture`;
+//! - `zephon-core` (re-exported as [`lane_core`]): lanes, values, the ordered parallel
+//!   executor, steps, batches, checkpoints;
+//! - `zephon-io` ([`io`]): JSONL, Parquet (feature `parquet`) and WebDataset tar shards;
+//! - `zephon-mix` ([`mix`]): mixtures, shuffles, epochs, token estimation, `ensure_mixture`;
 //! - `zephon-text` (feature `text`): tokenization;
-//! - `zephon-pack`: packing into rows with flash-attn varlen metadata.
+//! - `zephon-pack` ([`pack`]): packing into rows with flash-attn varlen metadata;
+//! - `zephon-vision` (feature `vision`): images decoded, resized and patched;
+//! - `zephon-candle` (features `candle`, `cuda`): batches as candle tensors, prefetched.
+//!
+//! **Where to start.** Training on data: [`Pipeline`] (or a TOML [`Spec`]; every key is
+//! documented in [`spec`]), then [`Loader::next_step`], [`LocalStep::microbatches`] and
+//! `to_batch`. Writing an operator: the contract is on [`Operator`], a
+//! complete one is `examples/custom_operator.rs`, and [`lane_core::testing::check_operator`]
+//! proves one in a call.
 //!
 //! The one design decision: **the spec is the run's identity.** Everything that changes a byte
 //! of the output (datasets, weights and token estimates, operators and their settings, lanes,
@@ -26,7 +35,7 @@ mod error;
 mod loader;
 mod mixture;
 mod pipeline;
-mod spec;
+pub mod spec;
 
 pub use error::{Error, Result};
 pub use loader::{DataReport, DatasetReport, Loader};
@@ -49,3 +58,8 @@ pub use zephon_pack::{self as pack, Algorithm, LongDocs, Pack, PackConfig};
 pub use zephon_text::{self as text, ImagePlaceholders, LongDocuments, Tokenize, Tokenizer};
 #[cfg(feature = "vision")]
 pub use zephon_vision::{self as vision, ImageTokens, Images, ImagesConfig, PixelLayout};
+
+/// The README's Rust blocks, compiled as doctests so that the front page's example stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

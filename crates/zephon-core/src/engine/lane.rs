@@ -121,7 +121,11 @@ pub(crate) struct LaneRun {
     next_step: u64,
     /// Steps finalized since the last input boundary (they still need their snapshot).
     unsnapped: usize,
-    pub error: Option<Error>,
+    /// The error that stopped the lane, until the consumer's queue takes it.
+    error: Option<Error>,
+    /// Set once the lane has failed; stays set after the error is taken, so that no later
+    /// input (and no later error) follows the first one.
+    failed: bool,
     scratch: Vec<Vec<Record>>,
     paused: Option<PausedUnit>,
     /// Records of the first input to drop unpushed (restored inside that input).
@@ -178,6 +182,7 @@ impl LaneRun {
             next_step,
             unsnapped: 0,
             error: None,
+            failed: false,
             scratch: (0..stages).map(|_| Vec::new()).collect(),
             paused: None,
             skip_outputs: 0,
@@ -216,7 +221,19 @@ impl LaneRun {
     }
 
     pub fn progress(&self) -> Progress {
-        Progress { steps_made: self.next_step, done: self.finished || self.error.is_some() }
+        Progress { steps_made: self.next_step, done: self.finished || self.has_failed() }
+    }
+
+    /// Whether the lane stopped at an error (taken or not).
+    pub fn has_failed(&self) -> bool {
+        self.failed || self.error.is_some()
+    }
+
+    /// The error that stopped the lane, once: the lane stays stopped.
+    pub fn take_error(&mut self) -> Option<Error> {
+        let e = self.error.take();
+        self.failed |= e.is_some();
+        e
     }
 
     pub fn cursor(&self) -> Cursor {
@@ -274,7 +291,7 @@ impl LaneRun {
     /// document) then waits for the consumer instead of holding every row in memory.
     /// [`LaneRun::continue_paused`] continues it.
     pub fn accumulate(&mut self, unit: UnitOutput, until: u64) {
-        if self.error.is_some() || self.finished {
+        if self.has_failed() || self.finished {
             return;
         }
         match unit {

@@ -59,7 +59,7 @@ impl Output {
     /// Moves what the lane finished into the consumer's queue.
     pub(crate) fn collect(&mut self, run: &mut LaneRun) {
         self.steps.extend(run.steps.drain(..));
-        if let Some(e) = run.error.take() {
+        if let Some(e) = run.take_error() {
             self.error = Some(e);
         }
         if run.is_finished() && self.end_state.is_none() {

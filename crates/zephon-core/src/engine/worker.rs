@@ -95,7 +95,7 @@ impl Shared {
                 }
             }
             let made = run.progress();
-            let failed = run.error.is_some();
+            let failed = run.has_failed();
             let paused = run.is_paused();
             if drained > 0 || resumed {
                 lock(&slot.out).collect(&mut run);

@@ -47,6 +47,32 @@ fn the_failing_step_does_not_depend_on_threads() {
     assert_eq!(fail_step(1), fail_step(3));
 }
 
+/// Regression: a lane whose first error had been handed to the consumer's queue went on with
+/// later inputs, and a later bad record replaced the first error (which row was reported then
+/// depended on timing).
+#[test]
+fn the_first_bad_record_is_the_one_reported_however_workers_race() {
+    // One lane; every document from row 3 on is bad.
+    let shards = vec![(0..200).map(|i| if i < 3 { format!("doc {i}") } else { String::new() }).collect()];
+    let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("tail", "text", shards))]);
+    let spec = spec(datasets, operators(16, 0), 1, 1, Tail::Drop);
+    let first_error = |threads| {
+        let mut e = Engine::start(spec.clone(), Topology::single(1, 1).unwrap(), opts(threads, 1, 8)).unwrap();
+        loop {
+            match e.next_step() {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the run should fail"),
+                Err(err) => return err.to_string(),
+            }
+        }
+    };
+    let expected = first_error(1);
+    assert!(expected.contains("row 3"), "{expected}");
+    for _ in 0..40 {
+        assert_eq!(first_error(4), expected);
+    }
+}
+
 #[test]
 fn skipped_records_are_counted_and_the_same_on_every_topology() {
     let mut spec = spec(corpus_with_holes(), operators(16, 0), 5, 1, Tail::Partial);

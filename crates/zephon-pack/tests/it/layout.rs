@@ -204,7 +204,7 @@ fn operator_surface() {
     assert_eq!(pack.name(), "pack");
     assert_eq!(
         pack.fingerprint(),
-        "pack/v1 algorithm=best-fit bins=64 seq_len=2048 max_segments=64 long=split pad_id=0 ignore_index=-100 \
+        "pack/v1 algorithm=best-fit bins=64 seq_len=2048 max_segments=512 long=split pad_id=0 ignore_index=-100 \
          input_field=\"tokens\""
     );
     assert!(pack.describe().contains("best-fit over 64 open rows"), "{}", pack.describe());
