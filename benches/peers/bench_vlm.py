@@ -158,11 +158,15 @@ def read_hash_log(path: str) -> dict[tuple[int, int], str]:
 
 # ------------------------------------------------------------------ ours
 
+# Extra `[images]` lines for our side (`--images-extra`), e.g. the libjpeg-turbo backend.
+IMAGES_EXTRA = ""
+
+
 def write_spec(path: str, data: str, images_field: str, layout: str, tokenizer: str, threads: int) -> None:
     S = SETTINGS
     with open(path, "w") as fh:
         fh.write(SPEC.format(seed=S["seed"], lanes=S["lanes"], rows_per_step=S["rows_per_step"], data=data,
-                             images_field=images_field, chunk_size=S["chunk_size"], layout=LAYOUTS[layout],
+                             images_field=images_field, chunk_size=S["chunk_size"], layout=LAYOUTS[layout] + IMAGES_EXTRA,
                              tokenizer=tokenizer, eos=EOT, image=IMAGE, seq_len=S["seq_len"],
                              pad_id=S["pad_id"], workers=threads))
 
@@ -454,11 +458,17 @@ def main() -> None:
     ap.add_argument("--zephon-bin", default=os.path.join(REPO, "target", "release", "zephon"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--images-extra", default="",
+                    help='extra [images] lines for ours, e.g. \'backend = "libjpeg-turbo"\\nreduced_decode = 2\' '
+                         '(needs a CLI built with --features turbojpeg)')
+    ap.add_argument("--out-name", default="vlm-latest", help="report file name under --out-dir (no extension)")
     ap.add_argument("--quiet-wait", type=float, default=300.0)
     ap.add_argument("--busy-retries", type=int, default=1)
     ap.add_argument("--busy-threshold", type=float, default=0.3)
     ap.add_argument("--timeout", type=float, default=1800.0)
     a = ap.parse_args()
+    global IMAGES_EXTRA
+    IMAGES_EXTRA = a.images_extra.replace("\\n", "\n") + ("\n" if a.images_extra else "")
     S = SETTINGS
     a.steps = a.steps or (S["steps_quick"] if a.quick else S["steps_full"])
     if not 0 < a.ckpt_step < a.steps:
@@ -515,7 +525,8 @@ def main() -> None:
     explain = ex.stdout.splitlines() if ex.returncode == 0 else [f"explain failed (rc={ex.returncode})",
                                                                  *ex.stderr.splitlines()[-5:]]
 
-    labels = {"ours": ("zephon (ours)", f"CLI, {S['workers']} threads, {S['lanes']} lanes, `{a.layout}` pixels")}
+    labels = {"ours": ("zephon (ours)", f"CLI, {S['workers']} threads, {S['lanes']} lanes, `{a.layout}` pixels"
+                               + (f", `{'; '.join(IMAGES_EXTRA.split(chr(10))).strip('; ')}`" if IMAGES_EXTRA else ""))}
     order = ["ours"]
     for k in kinds:
         key = f"grain-{k}"
@@ -629,19 +640,19 @@ def main() -> None:
         "wall_s": round(time.time() - t_start, 1),
         "machine": machine_info(), "versions": versions,
         "versions_line": ", ".join(f"{k} {v}" for k, v in versions.items() if k != "zephon_bin"),
-        "settings": {**S, "layout_compared": a.layout, "grain_crop": a.crop, "worker_kinds": kinds,
+        "settings": {**S, "layout_compared": a.layout, "images_extra": a.images_extra, "grain_crop": a.crop, "worker_kinds": kinds,
                      "tokenizer": tokenizer, "tokenizer_sha256": sha256_file(tokenizer)},
         "data": data, "explain": explain, "labels": labels, "order": order, "grain_best": best,
         "aggregate": agg, "comparison": comparison, "scaling": scaling, "pillow_decode": dec,
         "extras": ex_lines, "busy": busy, "runs": runs, "extra_runs": extras,
     }
-    with open(os.path.join(a.out_dir, "vlm-latest.json"), "w") as fh:
+    with open(os.path.join(a.out_dir, a.out_name + ".json"), "w") as fh:
         json.dump(doc, fh, indent=2)
     md = render_md(doc)
-    with open(os.path.join(a.out_dir, "vlm-latest.md"), "w") as fh:
+    with open(os.path.join(a.out_dir, a.out_name + ".md"), "w") as fh:
         fh.write(md)
     print(md)
-    log(f"wrote {os.path.join(a.out_dir, 'vlm-latest.json')} and .md")
+    log(f"wrote {os.path.join(a.out_dir, a.out_name + '.json')} and .md")
 
 
 if __name__ == "__main__":

@@ -387,7 +387,10 @@ fn inspect_names_every_image_of_a_vision_language_step() {
     let o = zephon(&["inspect", "--spec", spec.to_str().unwrap(), "--step", "0"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(out.contains("image #0 of captions shard 0 row") && out.contains("caer-") && out.contains(".jpg, tokens ["), "{out}");
+    assert!(
+        out.contains("image #0 of captions shard 0 row") && out.contains("caer-") && out.contains(".jpg, tokens ["),
+        "{out}"
+    );
     let o = zephon(&["explain", "--spec", spec.to_str().unwrap()]);
     let out = text(&o);
     assert!(o.status.success() && out.contains("images") && out.contains("decode (zune"), "{out}");

@@ -58,6 +58,7 @@ mod id;
 mod lineage;
 mod operator;
 mod operators;
+mod pretokenized;
 mod record;
 pub mod rng;
 mod source;
@@ -79,6 +80,7 @@ pub use id::{Lane, SampleId, Step};
 pub use lineage::{Extent, Fragment, Lineage, Span};
 pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput};
 pub use operators::Operators;
+pub use pretokenized::PreTokenized;
 pub use record::{Attachment, Field, Record, Value, safe_cut, slice_attachments};
 pub use rng::{Permutation, Rng, RngKey};
 pub use source::{

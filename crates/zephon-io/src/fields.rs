@@ -15,8 +15,10 @@ pub struct Fields {
     /// without text (images only).
     pub text: Option<String>,
     /// Other fields to copy when present (ids, sources, images, captions): strings, numbers,
-    /// booleans (as 0/1) or bytes. A JSON array or object in one is a bad record; a Parquet
-    /// file without the column is refused when it is opened.
+    /// booleans (as 0/1), bytes, or arrays of integers (token ids tokenized offline, read as a
+    /// one-dimensional `i64` array: see `zephon_core::PreTokenized`). Any other JSON array, or
+    /// an object, is a bad record; a Parquet file without the column is refused when it is
+    /// opened.
     pub extra: Vec<String>,
     /// Where each row's images come from, or `None` to read none (rows then carry no
     /// attachments, as before images existed). Every image becomes one unplaced attachment of
@@ -116,7 +118,7 @@ impl Fields {
             }
             Cell::Unsupported(k) => {
                 return Err(OpError::Data(format!(
-                    "field {name:?} is {k}; zephon reads strings, numbers and booleans"
+                    "field {name:?} is {k}; zephon reads strings, numbers, booleans and arrays of integers"
                 )));
             }
         }
@@ -191,7 +193,12 @@ mod tests {
             assert!(!err.contains("\"text\""), "{err}");
         }
         let err = put(&f, 1, Cell::Unsupported("a JSON object")).unwrap_err();
-        assert!(err.contains(r#"field "tags" is a JSON object; zephon reads strings, numbers and booleans"#), "{err}");
+        assert!(
+            err.contains(
+                r#"field "tags" is a JSON object; zephon reads strings, numbers, booleans and arrays of integers"#
+            ),
+            "{err}"
+        );
         let err = put(&f, 1, Cell::TooBig(u64::MAX)).unwrap_err();
         assert!(err.contains(r#"field "tags" is 18446744073709551615"#), "{err}");
         assert_eq!(put(&f, 1, Cell::Bool(true)).unwrap().get("tags"), Some(&Value::Int(1)));

@@ -567,13 +567,69 @@ impl<'de> Visitor<'de> for CellSeed {
     fn visit_string<E>(self, v: String) -> std::result::Result<Cell, E> {
         Ok(Cell::Value(Value::text(v)))
     }
+    /// An array of integers (token ids stored with the data) becomes a one-dimensional `i64`
+    /// array; any other array is refused.
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Cell, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Cell::Unsupported("a JSON array"))
+        let mut ints = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        let mut other = false;
+        while let Some(v) = seq.next_element_seed(IntSeed)? {
+            match v {
+                Some(i) if !other => ints.push(i),
+                _ => other = true,
+            }
+        }
+        Ok(if other { Cell::Unsupported("a JSON array") } else { Cell::Value(Value::array(ints)) })
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Cell, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(Cell::Unsupported("a JSON object"))
+    }
+}
+
+/// An array element: `Some` for an integer that fits `i64`, `None` for anything else (skipped
+/// unbuilt).
+struct IntSeed;
+
+impl<'de> DeserializeSeed<'de> for IntSeed {
+    type Value = Option<i64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IntSeed {
+    type Value = Option<i64>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_i64<E>(self, v: i64) -> std::result::Result<Self::Value, E> {
+        Ok(Some(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> std::result::Result<Self::Value, E> {
+        Ok(i64::try_from(v).ok())
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(None)
     }
 }
 
@@ -732,6 +788,22 @@ mod tests {
         );
         let v = parse_row(br#"{"a": 1, "b": 2, "a": 3}"#, &names, None).unwrap();
         assert_eq!(v.duplicate, Some(0));
+        // Token ids stored with the data: arrays of integers only.
+        let v = parse_row(
+            br#"{"a": [50256, 0, -1], "b": [], "c": [1, 2.5], "d": [1, 18446744073709551615]}"#,
+            &names,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            v.cells[..4],
+            [
+                Cell::Value(Value::array(vec![50256i64, 0, -1])),
+                Cell::Value(Value::array(Vec::<i64>::new())),
+                Cell::Unsupported("a JSON array"),
+                Cell::Unsupported("a JSON array"),
+            ]
+        );
     }
 
     fn index_bytes(bytes: &[u8], piece: usize) -> Vec<u64> {

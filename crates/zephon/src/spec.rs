@@ -77,6 +77,8 @@ pub struct Spec {
     pub estimate: Option<EstimateSpec>,
     /// Tokenization.
     pub tokenize: Option<TokenizeSpec>,
+    /// Token ids stored with the data instead of text (tokenized offline).
+    pub pretokenized: Option<PreTokenizedSpec>,
     /// The token-share scheduler.
     pub ensure_mixture: Option<EnsureSpec>,
     /// Images (feature `vision`).
@@ -227,12 +229,30 @@ pub struct ImagesSpec {
     pub max_pixels: Option<u64>,
     /// `zune` or `libjpeg-turbo` (the latter needs the `turbojpeg` build).
     pub backend: Option<String>,
+    /// Decode at a reduced scale in the DCT domain when the target is at most half the
+    /// source, keeping at least this factor (≥ 1; 2 as Pillow's `thumbnail`) over the target
+    /// before the resize. Faster; the pixels differ slightly from a full decode. Needs
+    /// `backend = "libjpeg-turbo"`.
+    pub reduced_decode: Option<f64>,
     /// Random resized crop (torchvision's defaults).
     #[serde(default)]
     pub random_resized_crop: bool,
     /// Random horizontal flip with probability 0.5.
     #[serde(default)]
     pub random_flip: bool,
+}
+
+/// `[pretokenized]`: every dataset holds token ids (a JSON array of integers per row), made
+/// the token sequence by [`zephon_core::PreTokenized`]; instead of `[tokenize]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreTokenizedSpec {
+    /// The field holding the ids (default `input_ids`).
+    pub field: Option<String>,
+    /// An id appended to every document.
+    pub eos: Option<u32>,
+    /// Ids at or over this are bad records (the model's vocabulary size).
+    pub vocab_size: Option<u32>,
 }
 
 /// `[ensure_mixture]`.
@@ -342,6 +362,14 @@ impl Spec {
         {
             return Err("[pack] seq_len must be at least 1".into());
         }
+        if self.pretokenized.is_some() {
+            if self.tokenize.is_some() || self.images.is_some() {
+                return Err("[pretokenized] reads stored token ids: it goes without [tokenize] and [images]".into());
+            }
+            if let Some(d) = self.datasets.iter().find(|d| d.text_field.is_some()) {
+                return Err(format!("dataset {}: `text_field` with [pretokenized], which reads no text", d.name));
+            }
+        }
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
             return Err("[tokenize] max_tokens must be at least 1".into());
         }
@@ -379,9 +407,13 @@ impl Spec {
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: m };
         let mut mixture = Mixture::new();
         for d in &self.datasets {
+            let ids = self.pretokenized.as_ref().map(|p| p.field.clone().unwrap_or_else(|| "input_ids".into()));
             let mut ds = Dataset::new(&d.name, self.resolve(&d.path)).fields(Fields {
-                text: Some(d.text_field.clone().unwrap_or_else(|| "text".into())),
-                extra: d.extra_fields.clone(),
+                text: match ids {
+                    Some(_) => None,
+                    None => Some(d.text_field.clone().unwrap_or_else(|| "text".into())),
+                },
+                extra: d.extra_fields.iter().cloned().chain(ids).collect(),
                 allow_empty: d.allow_empty,
                 max_row_bytes: d.max_row_bytes,
                 images: d.images.clone(),
@@ -453,6 +485,17 @@ impl Spec {
                 let _ = im;
                 return Err(Error::Build("this build has no `vision` feature: [images] is unavailable".into()));
             }
+        }
+        if let Some(pt) = &self.pretokenized {
+            let v = |m: String| bad(format!("[pretokenized] {m}"));
+            let mut op = zephon_core::PreTokenized::new(pt.field.as_deref().unwrap_or("input_ids"));
+            if let Some(n) = pt.vocab_size {
+                op = op.vocab_size(n).map_err(v)?;
+            }
+            if let Some(e) = pt.eos {
+                op = op.eos(e).map_err(v)?;
+            }
+            p = p.then(op);
         }
         if let Some(t) = &self.tokenize {
             #[cfg(feature = "text")]
@@ -577,6 +620,14 @@ impl Spec {
                 other => return Err(bad(format!("backend = {other:?}: expected zune or libjpeg-turbo"))),
             };
             c.decode = c.decode.jpeg_backend(backend).map_err(v)?;
+        }
+        if let Some(g) = im.reduced_decode {
+            if im.backend.as_deref() != Some("libjpeg-turbo") {
+                return Err(bad(
+                    "reduced_decode needs backend = \"libjpeg-turbo\" (zune-jpeg decodes at full scale)".into()
+                ));
+            }
+            c.reduced_decode = Some(zephon_vision::resize::ReducingGap::new(g).map_err(v)?);
         }
         if im.random_resized_crop {
             c.crop = Some(zephon_vision::augment::RandomResizedCrop::DEFAULT);

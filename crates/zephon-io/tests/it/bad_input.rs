@@ -111,7 +111,7 @@ fn an_array_in_an_extra_field_is_a_bad_record() {
     check_case_with(
         fields,
         br#"{"id": 23, "text": "fine", "tags": ["a", "b"]}"#,
-        r#"field "tags" is a JSON array; zephon reads strings, numbers and booleans"#,
+        r#"field "tags" is a JSON array; zephon reads strings, numbers, booleans and arrays of integers"#,
     );
 }
 

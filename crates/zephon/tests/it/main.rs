@@ -2,6 +2,7 @@
 
 mod end_to_end;
 mod hardening;
+mod pretokenized;
 mod spec;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,132 @@
+//! Data tokenized offline: token ids stored in a JSONL field, made the token axis by
+//! `PreTokenized`, give the same steps, byte for byte, as tokenizing the same documents on the
+//! fly, and restore from a checkpoint the same way.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use zephon::*;
+
+use crate::*;
+
+const ROWS: usize = 400;
+
+/// The first `ROWS` documents of corpus A as text, and as GPT-2 ids.
+fn corpus(dir: &Path, tok: &Tokenizer) -> (std::path::PathBuf, std::path::PathBuf) {
+    let shard = zephon_testkit::testdata().join("corpora/a/jsonl/part-00000.jsonl");
+    let file = std::fs::File::open(&shard).unwrap_or_else(|e| panic!("{}: {e}", shard.display()));
+    let texts: Vec<String> = std::io::BufReader::new(file)
+        .lines()
+        .take(ROWS)
+        .map(|l| serde_json::from_str::<serde_json::Value>(&l.unwrap()).unwrap()["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts.len(), ROWS);
+    let text_lines: Vec<String> = texts.iter().map(|t| serde_json::json!({ "text": t }).to_string()).collect();
+    let id_lines: Vec<String> =
+        texts.iter().map(|t| serde_json::json!({ "input_ids": tok.encode(t).unwrap() }).to_string()).collect();
+    std::fs::create_dir_all(dir.join("text")).unwrap();
+    std::fs::create_dir_all(dir.join("ids")).unwrap();
+    (
+        write(&dir.join("text"), "part-00000.jsonl", &(text_lines.join("\n") + "\n")),
+        write(&dir.join("ids"), "part-00000.jsonl", &(id_lines.join("\n") + "\n")),
+    )
+}
+
+fn pipeline(dataset: Dataset, first: Option<Tokenize>, tok: &Tokenizer) -> Pipeline {
+    let mixture = Mixture::new().dataset(dataset.weight(1.0)).chunk_size(8);
+    let p = Pipeline::new(mixture);
+    let p = match first {
+        Some(t) => p.tokenize(t),
+        None => p.then(PreTokenized::new("input_ids").vocab_size(tok.vocab_size() as u32).unwrap().eos(50256).unwrap()),
+    };
+    p.pack(Pack::new(PackConfig::new(Algorithm::BestFit { bins: 8 }, 256)).unwrap()).shuffle(8).seed(3).threads(2)
+}
+
+fn fingerprints(loader: &mut Loader, n: usize) -> Vec<Digest> {
+    (0..n).map(|_| loader.next_step().unwrap().expect("the mixture repeats").local_fingerprint()).collect()
+}
+
+#[test]
+fn stored_token_ids_give_the_steps_of_tokenizing_on_the_fly_and_restore() {
+    let dir = tmp();
+    let tok = Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json")).unwrap();
+    let (text, ids) = corpus(dir.path(), &tok);
+    let topology = || Topology::single(4, 8).unwrap();
+
+    let on_the_fly = Tokenize::new(tok.clone()).eos("<|endoftext|>").unwrap();
+    let mut a = pipeline(Dataset::new("a", &text), Some(on_the_fly), &tok).build(topology()).unwrap();
+    let expected = fingerprints(&mut a, 30);
+
+    let stored =
+        || Dataset::new("a", &ids).fields(Fields { text: None, extra: vec!["input_ids".into()], ..Fields::default() });
+    let mut b = pipeline(stored(), None, &tok).build(topology()).unwrap();
+    let got = fingerprints(&mut b, 10);
+    assert_eq!(got, expected[..10], "pre-tokenized steps equal tokenized-on-the-fly steps");
+    let ckpt = dir.path().join("ckpt");
+    b.checkpoint(&ckpt).unwrap();
+    let mut restored = pipeline(stored(), None, &tok).restore(topology(), &ckpt).unwrap();
+    assert_eq!(fingerprints(&mut restored, 20), expected[10..], "a restore continues the same run");
+}
+
+#[test]
+fn a_token_id_outside_the_vocabulary_names_dataset_shard_and_row() {
+    let dir = tmp();
+    let tok = Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json")).unwrap();
+    let lines = ["{\"input_ids\": [1, 2, 3]}", "{\"input_ids\": [4, 50257]}", "{\"input_ids\": [5]}"];
+    let path = write(dir.path(), "ids.jsonl", &(lines.join("\n") + "\n"));
+    let ds = Dataset::new("offline", &path).fields(Fields {
+        text: None,
+        extra: vec!["input_ids".into()],
+        ..Fields::default()
+    });
+    let mixture = Mixture::new().dataset(ds.weight(1.0)).chunk_size(1).exhaustion(Exhaustion::Stop, 1);
+    let mut loader = Pipeline::new(mixture)
+        .then(PreTokenized::new("input_ids").vocab_size(tok.vocab_size() as u32).unwrap())
+        .pack(Pack::new(PackConfig::new(Algorithm::Wrap, 4)).unwrap())
+        .build(Topology::single(1, 1).unwrap())
+        .unwrap();
+    let err = loop {
+        match loader.next_step() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the bad row should stop the run"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        err.contains("offline shard 0 row 1") && err.contains("token id 50257 at position 1 (vocabulary size 50257)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_spec_reads_stored_ids_with_a_pretokenized_section() {
+    let dir = tmp();
+    let tok_path = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+    let tok = Tokenizer::from_file(&tok_path).unwrap();
+    let (text, ids) = corpus(dir.path(), &tok);
+    let spec = |path: &Path, first: &str| {
+        parse(&format!(
+            "seed = 7\nlanes = 2\nrows_per_step = 4\n[[dataset]]\nname = \"a\"\npath = \"{}\"\nweight = 1.0\n\
+             [source]\nchunk_size = 4\n{first}\n[pack]\nalgorithm = \"first_fit\"\nseq_len = 128\npad_id = 50256\n\
+             [run]\nthreads = 2\n",
+            path.display()
+        ))
+    };
+    let steps = |s: zephon::Spec| {
+        let mut l = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).unwrap();
+        fingerprints(&mut l, 12)
+    };
+    let tokenize = format!("[tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"", tok_path.display());
+    let pretokenized = "[pretokenized]\nfield = \"input_ids\"\neos = 50256\nvocab_size = 50257";
+    assert_eq!(steps(spec(&ids, pretokenized)), steps(spec(&text, &tokenize)));
+
+    let both = format!("{tokenize}\n{pretokenized}");
+    let err = zephon::Spec::parse(
+        &format!("lanes = 1\nrows_per_step = 1\n[[dataset]]\nname = \"a\"\npath = \"x\"\nweight = 1.0\n{both}\n"),
+        "both.toml",
+        Path::new("/"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("both.toml") && err.contains("without [tokenize]"), "{err}");
+}
