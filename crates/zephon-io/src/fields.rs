@@ -15,8 +15,9 @@ pub struct Fields {
     /// without text (images only).
     pub text: Option<String>,
     /// Other fields to copy when present (ids, sources, images, captions): strings, numbers,
-    /// booleans (as 0/1), bytes, or arrays of integers (token ids tokenized offline, read as a
-    /// one-dimensional `i64` array: see `zephon_core::PreTokenized`). Any other JSON array, or
+    /// booleans (as 0/1), bytes, or arrays of integers (token ids tokenized offline: a JSON array
+    /// or a Parquet `list<int>`, read as a one-dimensional `i64` array; see
+    /// `zephon_core::PreTokenized`). Any other JSON array, or
     /// an object, is a bad record; a Parquet file without the column is refused when it is
     /// opened.
     pub extra: Vec<String>,

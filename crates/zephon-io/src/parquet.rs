@@ -398,14 +398,56 @@ fn check_type(t: &DataType) -> Result<(), String> {
         | DataType::UInt64
         | DataType::Float32
         | DataType::Float64 => Ok(()),
+        // Token ids tokenized offline: a list of integers per row.
+        DataType::List(f) | DataType::LargeList(f) if is_integer(f.data_type()) => Ok(()),
         // HF `Image`/`Audio` features: struct<bytes: binary, path: string>; the bytes are read.
         DataType::Struct(children) if children.iter().any(|c| c.name() == "bytes" && is_binary(c.data_type())) => {
             Ok(())
         }
-        _ => Err("zephon reads string, binary, integer, float and boolean columns, and HF image structs \
-                  (struct<bytes: binary, ...>)"
+        _ => Err("zephon reads string, binary, integer, float and boolean columns, lists of integers \
+                  (token ids) and HF image structs (struct<bytes: binary, ...>)"
             .into()),
     }
+}
+
+fn is_integer(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+    )
+}
+
+/// A list of integers as a one-dimensional `i64` array (as JSONL reads an array of integers);
+/// a null element or one beyond `i64` is refused, not dropped or wrapped.
+fn int_list(items: &dyn Array) -> Cell {
+    if items.null_count() > 0 {
+        return Cell::Unsupported("a list of integers with a null element");
+    }
+    let ids: Vec<i64> = match items.data_type() {
+        DataType::Int8 => items.as_primitive::<Int8Type>().values().iter().map(|&v| v.into()).collect(),
+        DataType::Int16 => items.as_primitive::<Int16Type>().values().iter().map(|&v| v.into()).collect(),
+        DataType::Int32 => items.as_primitive::<Int32Type>().values().iter().map(|&v| v.into()).collect(),
+        DataType::Int64 => items.as_primitive::<Int64Type>().values().to_vec(),
+        DataType::UInt8 => items.as_primitive::<UInt8Type>().values().iter().map(|&v| v.into()).collect(),
+        DataType::UInt16 => items.as_primitive::<UInt16Type>().values().iter().map(|&v| v.into()).collect(),
+        DataType::UInt32 => items.as_primitive::<UInt32Type>().values().iter().map(|&v| v.into()).collect(),
+        DataType::UInt64 => {
+            let values = items.as_primitive::<UInt64Type>().values();
+            match values.iter().map(|&v| i64::try_from(v)).collect::<Result<Vec<i64>, _>>() {
+                Ok(ids) => ids,
+                Err(_) => return Cell::Unsupported("a list of integers beyond the 64-bit signed integers"),
+            }
+        }
+        _ => return Cell::Unsupported("a list of something other than integers"),
+    };
+    Cell::Value(Value::array(ids))
 }
 
 /// Row `i` of `col` as a [`Cell`]. Types were checked at open; any other is refused, not
@@ -436,6 +478,8 @@ fn value_at(col: &dyn Array, i: usize) -> Cell {
         }
         DataType::Float32 => Value::Float(col.as_primitive::<Float32Type>().value(i).into()),
         DataType::Float64 => Value::Float(col.as_primitive::<Float64Type>().value(i)),
+        DataType::List(_) => return int_list(col.as_list::<i32>().value(i).as_ref()),
+        DataType::LargeList(_) => return int_list(col.as_list::<i64>().value(i).as_ref()),
         DataType::Struct(_) => {
             return match col.as_struct().column_by_name("bytes") {
                 Some(bytes) => value_at(bytes.as_ref(), i),

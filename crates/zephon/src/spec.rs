@@ -242,7 +242,8 @@ pub struct ImagesSpec {
     pub random_flip: bool,
 }
 
-/// `[pretokenized]`: every dataset holds token ids (a JSON array of integers per row), made
+/// `[pretokenized]`: every dataset holds token ids (a JSON array or a Parquet `list<int>` per
+/// row), made
 /// the token sequence by [`zephon_core::PreTokenized`]; instead of `[tokenize]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -82,6 +82,38 @@ fn a_u64_beyond_i64_is_refused_not_wrapped_and_booleans_read_as_0_or_1() {
     assert!(err.contains(r#"field "id" is 18446744073709551615"#), "{err}");
 }
 
+#[test]
+fn lists_of_integers_read_as_token_id_arrays_and_bad_ones_are_named() {
+    use arrow_array::ListArray;
+    use arrow_array::types::{Int32Type, UInt64Type};
+    let tmp = tempfile::tempdir().unwrap();
+    let ids: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+        Some(vec![Some(50256), Some(0), Some(17)]),
+        Some(vec![Some(1), None]),
+        None,
+    ]));
+    let wide: ArrayRef = Arc::new(ListArray::from_iter_primitive::<UInt64Type, _, _>(vec![
+        Some(vec![Some(3)]),
+        Some(vec![Some(4)]),
+        Some(vec![Some(u64::MAX)]),
+    ]));
+    let path = write(tmp.path(), vec![("input_ids", ids), ("wide", wide)]);
+    let opts = DatasetOptions {
+        fields: Fields { text: None, extra: vec!["input_ids".into(), "wide".into()], ..Fields::default() },
+        cache_dir: Some(tmp.path().join("cache")),
+        ..DatasetOptions::default()
+    };
+    let ds = Datasets::new(vec![open("ids", &path, &opts).unwrap()]);
+    let r = ds.read(&[SampleId::new(0, 0, 0), SampleId::new(0, 0, 1), SampleId::new(0, 0, 2)]);
+    let first = r[0].as_ref().unwrap();
+    assert_eq!(first.get("input_ids"), Some(&Value::array(vec![50256i64, 0, 17])));
+    assert_eq!(first.get("wide"), Some(&Value::array(vec![3i64])));
+    let err = r[1].as_ref().err().unwrap().to_string();
+    assert!(err.contains(r#"field "input_ids" is a list of integers with a null element"#), "{err}");
+    let err = r[2].as_ref().err().unwrap().to_string();
+    assert!(err.contains(r#"field "wide" is a list of integers beyond the 64-bit signed integers"#), "{err}");
+}
+
 /// A footer byte changed so that a column chunk starts at a negative offset: the parquet crate
 /// asserts on that when the row group is read; zephon refuses the file when it is opened.
 #[test]
