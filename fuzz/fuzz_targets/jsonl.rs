@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let options = DatasetOptions {
-        fields: Fields { text: Some("text".into()), extra: vec!["id".into()], allow_empty: false, max_row_bytes: Some(1 << 20) },
+        fields: Fields { text: Some("text".into()), extra: vec!["id".into()], allow_empty: false, max_row_bytes: Some(1 << 20), images: None },
         cache_dir: Some(dir.path().join("cache")),
         parquet_cache_bytes: None,
     };
