@@ -85,7 +85,7 @@ impl Value {
         }
     }
 
-    /// What kind of value this is, for messages ("text", "a u32 array of shape [3]", ...).
+    /// What kind of value this is, for messages ("text", "a u32 array of shape \[3\]", ...).
     pub fn describe(&self) -> String {
         match self {
             Value::Str(_) => "text".into(),

@@ -195,11 +195,11 @@ impl Operator for Tokenize {
             .as_ref()
             .map(|im| {
                 format!(
-                    ", {} {:?} markers become {}{}{}",
+                    ", {} {:?} markers become {}{} × image_tokens{}",
                     im.kind,
                     im.marker,
                     im.start.as_ref().map_or(String::new(), |s| format!("{} ", s.0)),
-                    format!("{} × image_tokens", im.placeholder.0),
+                    im.placeholder.0,
                     im.end.as_ref().map_or(String::new(), |e| format!(" {}", e.0)),
                 )
             })

@@ -20,8 +20,9 @@ pub const TOKEN_ESTIMATES: &str = "token-estimates";
 /// One step of the pipeline as the builder holds it.
 #[derive(Clone)]
 enum Stage {
+    // Boxed: a tokenizer is far larger than the other stages.
     #[cfg(feature = "text")]
-    Tokenize(zephon_text::Tokenize),
+    Tokenize(Box<zephon_text::Tokenize>),
     EnsureMixture {
         slack_tokens: u64,
         hold: usize,
@@ -83,7 +84,7 @@ impl Pipeline {
     #[cfg(feature = "text")]
     #[must_use]
     pub fn tokenize(mut self, tokenize: zephon_text::Tokenize) -> Self {
-        self.stages.push(Stage::Tokenize(tokenize));
+        self.stages.push(Stage::Tokenize(Box::new(tokenize)));
         self
     }
 

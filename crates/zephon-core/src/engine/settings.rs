@@ -10,7 +10,7 @@ use crate::operators::Operators;
 use crate::source::{Datasets, WorkSource};
 use crate::topology::Topology;
 
-/// What to do with a record that is malformed (an [`OpError::Data`] from a reader or a
+/// What to do with a record that is malformed (an [`OpError::Data`](crate::OpError::Data) from a reader or a
 /// stateless part).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub enum BadRecords {

@@ -80,7 +80,7 @@ proptest! {
         let got = run_ranks(&s, lanes, rows, w, opts(threads, unit, 2), steps, None, None);
         prop_assert_eq!(&got, &reference, "W={}", w);
         let m = (rows / w) as usize;
-        let mb = if m % 2 == 0 { m / 2 } else { m };
+        let mb = if m.is_multiple_of(2) { m / 2 } else { m };
         prop_assert_eq!(&through_microbatches(&s, lanes, rows, w, mb, steps), &reference, "microbatch {}", mb);
         let tmp = tempfile::tempdir().unwrap();
         let mut resumed = run_ranks(&s, lanes, rows, w, opts(threads, unit, 2), resume_at, None, Some(tmp.path()));

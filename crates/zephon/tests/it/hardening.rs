@@ -188,7 +188,7 @@ fn a_dataset_of_only_bad_records_stops_the_run_instead_of_spinning() {
     };
     let s = spec("repeat");
     let mut loader = s.pipeline().unwrap().build(Topology::single(2, 2).unwrap()).unwrap();
-    let e = loader.next_step().err().expect("every row is bad: an error, not a hang").to_string();
+    let e = loader.next_step().expect_err("every row is bad: an error, not a hang").to_string();
     assert!(e.contains("dataset numbers") && e.contains("bad records of it in a row"), "{e}");
     assert!(e.contains("row 0") || e.contains("row "), "the first bad row is named: {e}");
     let s = spec("stop");
