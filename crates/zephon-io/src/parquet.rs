@@ -388,16 +388,9 @@ fn check_type(t: &DataType) -> Result<(), String> {
         | DataType::LargeBinary
         | DataType::BinaryView
         | DataType::Boolean
-        | DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32
-        | DataType::UInt64
         | DataType::Float32
         | DataType::Float64 => Ok(()),
+        t if is_integer(t) => Ok(()),
         // Token ids tokenized offline: a list of integers per row.
         DataType::List(f) | DataType::LargeList(f) if is_integer(f.data_type()) => Ok(()),
         // HF `Image`/`Audio` features: struct<bytes: binary, path: string>; the bytes are read.
