@@ -16,6 +16,10 @@ pub struct DataReport {
     /// Rows of a final partial step the end of finite data left out (`tail = "drop"`).
     #[serde(default)]
     pub tail_dropped_rows: u64,
+    /// Lanes that still had data when the run ended under `tail = "drop"` (one of this
+    /// rank's lanes ran out first); what they held from then on was not delivered.
+    #[serde(default)]
+    pub lanes_cut_off: Vec<u32>,
 }
 
 /// What was left out of one dataset.
@@ -42,7 +46,9 @@ pub struct DatasetReport {
 impl DataReport {
     /// Whether nothing was left out.
     pub fn is_clean(&self) -> bool {
-        self.tail_dropped_rows == 0 && self.datasets.iter().all(|d| d.skipped == 0 && d.dropped_documents == 0)
+        self.tail_dropped_rows == 0
+            && self.lanes_cut_off.is_empty()
+            && self.datasets.iter().all(|d| d.skipped == 0 && d.dropped_documents == 0)
     }
 
     /// One line per dataset that lost something, saying how much and why.
@@ -71,6 +77,15 @@ impl DataReport {
                 "the end of the data left out {} rows of a final partial step ({}); tail = \"partial\" delivers them",
                 self.tail_dropped_rows,
                 per.join(", ")
+            ));
+        }
+        if !self.lanes_cut_off.is_empty() {
+            let lanes: Vec<String> = self.lanes_cut_off.iter().map(u32::to_string).collect();
+            out.push(format!(
+                "the data ended on one lane while lanes {} still had data, which was not delivered \
+                 (chunks are dealt by rows, so lanes can hold very different amounts of tokens); \
+                 tail = \"partial\" delivers it",
+                lanes.join(", ")
             ));
         }
         out
@@ -154,7 +169,8 @@ impl Loader {
                 }
             }
         }
-        DataReport { datasets, tail_dropped_rows }
+        let lanes_cut_off = self.engine.lanes_cut_off().iter().map(|l| l.0).collect();
+        DataReport { datasets, tail_dropped_rows, lanes_cut_off }
     }
 
     /// The token estimates the mixture was planned with (measured, or from the checkpoint).

@@ -47,6 +47,8 @@ pub struct Engine {
     states: Option<Vec<Snapshot>>,
     fingerprint: RunFingerprint,
     metadata: std::collections::BTreeMap<String, String>,
+    /// Lanes that still had data when this rank's input ended under `Tail::Drop`.
+    cut_off: Vec<Lane>,
 }
 
 impl Engine {
@@ -165,7 +167,7 @@ impl Engine {
             .collect::<Result<Vec<_>>>()?;
         let mut metadata = spec.notes();
         metadata.extend(spec.metadata);
-        Ok(Engine { shared, workers, next_step, states: Some(states), fingerprint, metadata })
+        Ok(Engine { shared, workers, next_step, states: Some(states), fingerprint, metadata, cut_off: Vec::new() })
     }
 
     /// The topology this engine runs under.
@@ -257,6 +259,12 @@ impl Engine {
                 // `behind == 0` means no lane is still working towards this step.
                 debug_assert!(!waiting);
                 end_of_data = ended && (sh.tail == Tail::Drop || !any);
+                if end_of_data && any {
+                    self.cut_off = (g.progress.iter().enumerate())
+                        .filter(|(_, p)| p.made.steps_made > s)
+                        .map(|(i, _)| sh.slots[i].lane)
+                        .collect();
+                }
                 break;
             }
         }
@@ -306,6 +314,14 @@ impl Engine {
             return Ok(None);
         }
         Ok(Some(LocalStep { step: Step(s), topology: sh.topology, lanes }))
+    }
+
+    /// The lanes of this rank that still had data when its input ended: under
+    /// [`Tail::Drop`] the run ends at the first step one of its lanes cannot fill, and what
+    /// the others hold from that step on is not delivered. Empty while running, and when
+    /// every lane ended at the same step.
+    pub fn lanes_cut_off(&self) -> &[Lane] {
+        &self.cut_off
     }
 
     /// Writes this rank's lanes' states after the last delivered step into `dir` (one file,

@@ -220,3 +220,43 @@ fn what_the_end_of_finite_data_leaves_out_is_reported() {
     let line = report.lines().join("\n");
     assert!(line.contains("the end of the data left out") && line.contains("tokens"), "{line}");
 }
+
+/// Chunks are dealt by rows: a lane that draws long documents holds far more data than one
+/// that draws short ones. Under `tail = "drop"` the run ends when the first lane runs out, and
+/// the report names the lanes whose data was not delivered.
+#[test]
+fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
+    let dir = tmp();
+    let long = "lanes and steps ".repeat(400);
+    let texts: Vec<String> =
+        (0..64).map(|i| if (i / 8) % 2 == 0 { format!("{long}{i}") } else { format!("short {i}") }).collect();
+    let data = jsonl(dir.path(), "uneven", "text", &texts);
+    let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+    let spec = |tail: &str| {
+        parse_named(
+            &format!(
+                "lanes = 2\nrows_per_step = 2\n[[dataset]]\nname = \"uneven\"\npath = \"{}\"\nweight = 1.0\n\
+                 [source]\nchunk_size = 8\norder = \"sequential\"\nexhaustion = \"stop\"\n\
+                 [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n{PACK}[run]\ntail = \"{tail}\"\n",
+                data.display(),
+                tok.display()
+            ),
+            "uneven.toml",
+        )
+    };
+    let run = |tail: &str| {
+        let s = spec(tail);
+        let mut loader = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).unwrap();
+        let mut rows = 0;
+        while let Some(step) = loader.next_step().unwrap() {
+            rows += step.len();
+        }
+        (rows, loader.report())
+    };
+    let (dropped_run, report) = run("drop");
+    assert_eq!(report.lanes_cut_off.len(), 1, "{report:?}");
+    let lines = report.lines().join("\n");
+    assert!(lines.contains(&format!("lanes {} still had data", report.lanes_cut_off[0])), "{lines}");
+    let (full_run, partial) = run("partial");
+    assert!(partial.lanes_cut_off.is_empty() && full_run > dropped_run + 10, "{full_run} vs {dropped_run}");
+}
