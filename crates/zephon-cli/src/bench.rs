@@ -30,6 +30,8 @@ struct BenchReport {
     efficiency_vs_engine: f64,
     tokens_per_s: f64,
     tokens_per_s_overall: f64,
+    /// Non-pad tokens / token positions of the delivered rows (1.0 = rows without padding).
+    fill: f64,
     ttfb_s: f64,
     resume_ttfb_s: f64,
     checkpoint_bytes: u64,
@@ -136,6 +138,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
         efficiency_vs_engine: a.tokens_per_s / (threads as f64 * engine),
         tokens_per_s: a.tokens_per_s,
         tokens_per_s_overall: a.tokens_per_s_overall,
+        fill: a.fill,
         ttfb_s: a.ttfb_s,
         resume_ttfb_s: b.ttfb_s,
         checkpoint_bytes: a.checkpoint_bytes,

@@ -131,11 +131,12 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args).map(|r| {
             if !args.quiet {
                 eprintln!(
-                    "done: steps {}..{}, {:.2} M tokens, {:.0} tokens/s, first batch after {:.2} s",
+                    "done: steps {}..{}, {:.2} M tokens, {:.0} tokens/s, fill {:.4}, first batch after {:.2} s",
                     r.first_step,
                     r.first_step + r.steps,
                     r.tokens as f64 / 1e6,
                     r.tokens_per_s_overall,
+                    r.fill,
                     r.ttfb_s
                 );
             }

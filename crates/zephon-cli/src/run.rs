@@ -62,6 +62,12 @@ pub struct RunReport {
     pub peak_rss_bytes: u64,
     pub checkpoint_bytes: u64,
     pub skipped_records: u64,
+    /// Token positions of the delivered rows (rows × their length, pad included).
+    #[serde(default)]
+    pub positions: u64,
+    /// `tokens / positions`: how full the packed rows are (1.0 = no padding).
+    #[serde(default)]
+    pub fill: f64,
     /// Images (attachments of kind `image`) in the delivered rows.
     #[serde(default)]
     pub images: u64,
@@ -109,6 +115,11 @@ pub fn step_tokens(step: &LocalStep) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// Token positions of a step's rows (the length of their `input_ids`, pad included).
+pub fn step_positions(step: &LocalStep) -> u64 {
+    step.rows().filter_map(|r| r.get("input_ids").and_then(Value::as_array)).map(|a| a.len() as u64).sum()
 }
 
 /// Lane digests of a step computed from the rows as microbatches hand them out: if
@@ -203,6 +214,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
                 first_batch = Some((Instant::now(), report.tokens + tokens));
             }
             report.tokens += tokens;
+            report.positions += step_positions(&step);
             report.images += step
                 .rows()
                 .map(|r| r.attachments().iter().filter(|a| a.kind().as_str() == "image").count() as u64)
@@ -258,6 +270,9 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
         if report.steps > 1 && secs > 0.0 {
             report.tokens_per_s = (report.tokens - tok) as f64 / secs;
         }
+    }
+    if report.positions > 0 {
+        report.fill = report.tokens as f64 / report.positions as f64;
     }
     report.peak_rss_bytes = peak_rss();
     report.skipped_records = loader.skipped();

@@ -136,6 +136,25 @@ fn explain_and_inspect_describe_the_run() {
     assert!(out.contains("step 1 (16 rows"), "{out}");
     assert!(out.matches("  lane ").count() == 16, "{out}");
     assert!(out.contains("a shard") && out.contains("b shard") && out.contains("tokens ["), "{out}");
+
+    // The run report counts tokens and positions, and says how full the rows are.
+    let report = dir.path().join("report.json");
+    let o = zephon(&[
+        "run",
+        "--spec",
+        s.to_str().unwrap(),
+        "--steps",
+        "4",
+        "--quiet",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let (tokens, positions, fill) =
+        (r["tokens"].as_u64().unwrap(), r["positions"].as_u64().unwrap(), r["fill"].as_f64().unwrap());
+    assert_eq!(positions, 4 * 16 * 512, "{r}");
+    assert!(tokens > 0 && tokens <= positions && (fill - tokens as f64 / positions as f64).abs() < 1e-12, "{r}");
 }
 
 #[test]
