@@ -139,6 +139,23 @@ fn main() -> ExitCode {
                     r.fill,
                     r.ttfb_s
                 );
+                if r.shares.len() > 1 {
+                    let parts: Vec<String> = r
+                        .shares
+                        .iter()
+                        .map(|d| match d.target {
+                            Some(t) => format!(
+                                "{} {:.2} % (target {:.2} %, at most {} tokens ahead)",
+                                d.name,
+                                100.0 * d.share,
+                                100.0 * t,
+                                d.max_excess_tokens
+                            ),
+                            None => format!("{} {:.2} %", d.name, 100.0 * d.share),
+                        })
+                        .collect();
+                    eprintln!("token shares: {}", parts.join(", "));
+                }
             }
         }),
         Command::Verify {

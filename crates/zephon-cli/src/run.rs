@@ -68,12 +68,76 @@ pub struct RunReport {
     /// `tokens / positions`: how full the packed rows are (1.0 = no padding).
     #[serde(default)]
     pub fill: f64,
+    /// Tokens delivered per dataset (from the rows' lineage), their shares, and how far each
+    /// dataset ran ahead of its target share at worst, over every step (this rank's lanes).
+    #[serde(default)]
+    pub shares: Vec<ShareReport>,
     /// Images (attachments of kind `image`) in the delivered rows.
     #[serde(default)]
     pub images: u64,
     /// What was left out, per dataset and why.
     #[serde(default)]
     pub data: zephon::DataReport,
+}
+
+/// One dataset's part of the delivered tokens.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ShareReport {
+    pub name: String,
+    /// Tokens of this dataset in the delivered rows.
+    pub tokens: u64,
+    /// Their share of all delivered tokens.
+    pub share: f64,
+    /// The target token share, when the mixture has shares.
+    pub target: Option<f64>,
+    /// The most this dataset's cumulative tokens exceeded its target share of all tokens
+    /// delivered so far, over every step (0 when it never ran ahead).
+    pub max_excess_tokens: u64,
+}
+
+/// Counts tokens per dataset step by step, from the lineage of the delivered rows.
+struct ShareTracker {
+    reports: Vec<ShareReport>,
+    total: u64,
+}
+
+impl ShareTracker {
+    fn new(names: Vec<String>, targets: Option<Vec<f64>>) -> Self {
+        let reports = names
+            .into_iter()
+            .enumerate()
+            .map(|(d, name)| ShareReport {
+                name,
+                target: targets.as_ref().and_then(|t| t.get(d).copied()),
+                ..ShareReport::default()
+            })
+            .collect();
+        ShareTracker { reports, total: 0 }
+    }
+
+    fn step(&mut self, step: &LocalStep) {
+        for row in step.rows() {
+            for f in row.lineage().fragments() {
+                if let Some(r) = self.reports.get_mut(f.sample.dataset as usize) {
+                    r.tokens += u64::from(f.len());
+                    self.total += u64::from(f.len());
+                }
+            }
+        }
+        for r in &mut self.reports {
+            if let Some(t) = r.target {
+                let excess = r.tokens as f64 - t * self.total as f64;
+                r.max_excess_tokens = r.max_excess_tokens.max(excess.max(0.0).round() as u64);
+            }
+        }
+    }
+
+    fn finish(mut self) -> Vec<ShareReport> {
+        for r in &mut self.reports {
+            r.share = if self.total > 0 { r.tokens as f64 / self.total as f64 } else { 0.0 };
+        }
+        self.reports
+    }
 }
 
 /// The topology from flags, else from the launcher's environment (saying on stderr when no
@@ -204,6 +268,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     };
     let progress = crate::progress::Progress::new(!args.quiet, target.map(|t| t - first_step));
     let mut report = RunReport { first_step, ..RunReport::default() };
+    let mut shares = ShareTracker::new(loader.dataset_names(), loader.token_shares());
     let mut first_batch: Option<(Instant, u64)> = None;
     let result = (|| -> Result<(), CliError> {
         while target.is_none_or(|t| loader.position().0 < t) {
@@ -215,6 +280,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
             }
             report.tokens += tokens;
             report.positions += step_positions(&step);
+            shares.step(&step);
             report.images += step
                 .rows()
                 .map(|r| r.attachments().iter().filter(|a| a.kind().as_str() == "image").count() as u64)
@@ -271,6 +337,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
             report.tokens_per_s = (report.tokens - tok) as f64 / secs;
         }
     }
+    report.shares = shares.finish();
     if report.positions > 0 {
         report.fill = report.tokens as f64 / report.positions as f64;
     }

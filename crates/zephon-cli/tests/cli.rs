@@ -155,6 +155,11 @@ fn explain_and_inspect_describe_the_run() {
         (r["tokens"].as_u64().unwrap(), r["positions"].as_u64().unwrap(), r["fill"].as_f64().unwrap());
     assert_eq!(positions, 4 * 16 * 512, "{r}");
     assert!(tokens > 0 && tokens <= positions && (fill - tokens as f64 / positions as f64).abs() < 1e-12, "{r}");
+    let shares = r["shares"].as_array().unwrap();
+    assert_eq!(shares.len(), 2, "{r}");
+    let by_dataset: u64 = shares.iter().map(|d| d["tokens"].as_u64().unwrap()).sum();
+    assert_eq!(by_dataset, tokens, "every delivered token is counted once, by its dataset: {r}");
+    assert!(shares.iter().all(|d| d["target"].as_f64() == Some(0.5)), "{r}");
 }
 
 #[test]

@@ -178,6 +178,13 @@ impl Loader {
         self.assembled.estimates.as_deref()
     }
 
+    /// The datasets' target token shares (summing to 1), when the mixture was given shares.
+    pub fn token_shares(&self) -> Option<Vec<f64>> {
+        let shares = self.assembled.shares.as_ref()?;
+        let sum: f64 = shares.iter().sum();
+        Some(shares.iter().map(|s| s / sum).collect())
+    }
+
     /// Dataset names, by index (as `SampleId::dataset` numbers them).
     pub fn dataset_names(&self) -> Vec<String> {
         self.assembled.spec.datasets.names()
