@@ -33,8 +33,9 @@ pub struct DatasetReport {
     pub first_skip: Option<String>,
     /// Tokens `ensure_mixture` let through.
     pub mixed_tokens: u64,
-    /// Documents `ensure_mixture` dropped because its hold queue overflowed (supply far off
-    /// the target shares).
+    /// Records `ensure_mixture` dropped because its hold queue overflowed (supply far off the
+    /// target shares): whole documents, or pieces of documents `tokenize` split (the document
+    /// then misses that piece).
     pub dropped_documents: u64,
     /// Their tokens.
     pub dropped_tokens: u64,
@@ -61,7 +62,8 @@ impl DataReport {
             }
             if d.dropped_documents > 0 {
                 out.push(format!(
-                    "dataset {}: ensure_mixture dropped {} documents ({} tokens) to hold the token shares",
+                    "dataset {}: ensure_mixture dropped {} documents or pieces of documents split by tokenize \
+                     ({} tokens) to hold the token shares; a split document then misses a piece",
                     d.name, d.dropped_documents, d.dropped_tokens
                 ));
             }
