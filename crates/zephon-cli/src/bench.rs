@@ -32,6 +32,9 @@ struct BenchReport {
     tokens_per_s_overall: f64,
     /// Non-pad tokens / token positions of the delivered rows (1.0 = rows without padding).
     fill: f64,
+    /// Thread time per part of the pipeline in the fresh run (reading, each operator, digests,
+    /// snapshots), summed over threads, and its share of threads × wall time.
+    time_by_stage: Vec<StageShare>,
     ttfb_s: f64,
     resume_ttfb_s: f64,
     checkpoint_bytes: u64,
@@ -39,6 +42,15 @@ struct BenchReport {
     steps: u64,
     tokens: u64,
     checkpoint_at: u64,
+}
+
+#[derive(serde::Serialize)]
+struct StageShare {
+    name: String,
+    part: String,
+    seconds: f64,
+    /// seconds / (threads × the run's wall time).
+    of_threads_wall: f64,
 }
 
 fn child(args: &[String]) -> Result<RunReport, CliError> {
@@ -139,6 +151,16 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
         tokens_per_s: a.tokens_per_s,
         tokens_per_s_overall: a.tokens_per_s_overall,
         fill: a.fill,
+        time_by_stage: a
+            .time_by_stage
+            .iter()
+            .map(|t| StageShare {
+                name: t.name.clone(),
+                part: t.part.clone(),
+                seconds: t.seconds,
+                of_threads_wall: t.seconds / (threads as f64 * a.elapsed_s).max(1e-9),
+            })
+            .collect(),
         ttfb_s: a.ttfb_s,
         resume_ttfb_s: b.ttfb_s,
         checkpoint_bytes: a.checkpoint_bytes,

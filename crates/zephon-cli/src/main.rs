@@ -139,6 +139,13 @@ fn main() -> ExitCode {
                     r.fill,
                     r.ttfb_s
                 );
+                let busy: Vec<String> = r
+                    .time_by_stage
+                    .iter()
+                    .filter(|t| t.seconds >= 0.005)
+                    .map(|t| format!("{} {:.2} s", t.name, t.seconds))
+                    .collect();
+                eprintln!("thread time by part: {}", busy.join(", "));
                 if r.shares.len() > 1 {
                     let parts: Vec<String> = r
                         .shares

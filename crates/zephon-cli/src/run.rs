@@ -72,6 +72,9 @@ pub struct RunReport {
     /// dataset ran ahead of its target share at worst, over every step (this rank's lanes).
     #[serde(default)]
     pub shares: Vec<ShareReport>,
+    /// Thread time per part of the pipeline (reading, each operator, digests, snapshots).
+    #[serde(default)]
+    pub time_by_stage: Vec<zephon::StageTime>,
     /// Images (attachments of kind `image`) in the delivered rows.
     #[serde(default)]
     pub images: u64,
@@ -338,6 +341,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
         }
     }
     report.shares = shares.finish();
+    report.time_by_stage = loader.timings();
     if report.positions > 0 {
         report.fill = report.tokens as f64 / report.positions as f64;
     }

@@ -160,6 +160,8 @@ fn explain_and_inspect_describe_the_run() {
     let by_dataset: u64 = shares.iter().map(|d| d["tokens"].as_u64().unwrap()).sum();
     assert_eq!(by_dataset, tokens, "every delivered token is counted once, by its dataset: {r}");
     assert!(shares.iter().all(|d| d["target"].as_f64() == Some(0.5)), "{r}");
+    let parts: Vec<&str> = r["time_by_stage"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(parts, ["read", "tokenize", "ensure_mixture", "pack", "shuffle", "digest", "snapshot"], "{r}");
 }
 
 #[test]

@@ -169,24 +169,49 @@ pub(crate) fn apply_chain_prefix<'a>(
     until: Option<u32>,
     out: &mut Vec<Record>,
 ) -> Result<(), (&'a str, OpError)> {
-    let apply = |op: &'a Arc<dyn Operator>, r: Record, out: &mut Vec<Record>| {
-        match until {
+    chain(ops, record, until, out, None)
+}
+
+/// [`apply_chain`], adding each operator's thread time (nanoseconds) to `nanos[i]`.
+pub(crate) fn apply_chain_timed<'a>(
+    ops: &'a [Arc<dyn Operator>],
+    record: Record,
+    out: &mut Vec<Record>,
+    nanos: &mut [u64],
+) -> Result<(), (&'a str, OpError)> {
+    chain(ops, record, None, out, Some(nanos))
+}
+
+fn chain<'a>(
+    ops: &'a [Arc<dyn Operator>],
+    record: Record,
+    until: Option<u32>,
+    out: &mut Vec<Record>,
+    mut nanos: Option<&mut [u64]>,
+) -> Result<(), (&'a str, OpError)> {
+    let apply = |op: &'a Arc<dyn Operator>, r: Record, out: &mut Vec<Record>, nanos: Option<&mut u64>| {
+        let t = nanos.as_ref().map(|_| std::time::Instant::now());
+        let res = match until {
             Some(until) => op.apply_prefix(r, until, out),
             None => op.apply(r, out),
         }
-        .map_err(|e| (op.name(), e))
+        .map_err(|e| (op.name(), e));
+        if let (Some(n), Some(t)) = (nanos, t) {
+            *n += u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        }
+        res
     };
     match ops {
         [] => {
             out.push(record);
             Ok(())
         }
-        [only] => apply(only, record, out),
+        [only] => apply(only, record, out, nanos.and_then(|n| n.first_mut())),
         [first, rest @ ..] => {
             let mut mid = Vec::new();
-            apply(first, record, &mut mid)?;
+            apply(first, record, &mut mid, nanos.as_deref_mut().and_then(|n| n.first_mut()))?;
             for r in mid {
-                apply_chain_prefix(rest, r, until, out)?;
+                chain(rest, r, until, out, nanos.as_deref_mut().map(|n| &mut n[1..]))?;
             }
             Ok(())
         }

@@ -49,7 +49,7 @@ pub use spec::Spec;
 pub use zephon_candle::{self as candle, Prefetcher, Sink};
 pub use zephon_core::{
     self as lane_core, BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, PreTokenized, Record,
-    SampleId, Step, Tail, Topology, Value, step_fingerprint,
+    SampleId, StageTime, Step, Tail, Topology, Value, step_fingerprint,
 };
 pub use zephon_io::{self as io, Fields};
 pub use zephon_mix::{self as mix, EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};

@@ -180,6 +180,12 @@ impl Loader {
         self.assembled.estimates.as_deref()
     }
 
+    /// CPU time so far per part of the pipeline (reading, each operator, digests,
+    /// snapshots), summed over this rank's threads: which part limits the run.
+    pub fn timings(&self) -> Vec<zephon_core::StageTime> {
+        self.engine.timings()
+    }
+
     /// The datasets' target token shares (summing to 1), when the mixture was given shares.
     pub fn token_shares(&self) -> Option<Vec<f64>> {
         let shares = self.assembled.shares.as_ref()?;

@@ -130,6 +130,9 @@ pub(crate) struct LaneRun {
     paused: Option<PausedUnit>,
     /// Records of the first input to drop unpushed (restored inside that input).
     skip_outputs: u64,
+    /// Thread time of the accumulators, digests and snapshots since the drainer last added
+    /// them to the run's totals.
+    pub times: super::timing::LaneTimes,
 }
 
 /// A unit whose records are only partly pushed: where it stopped.
@@ -183,6 +186,7 @@ impl LaneRun {
             unsnapped: 0,
             error: None,
             failed: false,
+            times: super::timing::LaneTimes::default(),
             scratch: (0..stages).map(|_| Vec::new()).collect(),
             paused: None,
             skip_outputs: 0,
@@ -400,7 +404,9 @@ impl LaneRun {
         }
         let origin = rec.lineage().first_sample();
         let mut out = std::mem::take(&mut self.scratch[k]);
+        let t = std::time::Instant::now();
         let pushed = self.accs[k].push(rec, &mut out);
+        self.add_stage_time(k, t);
         let res = match pushed {
             Ok(()) => self.forward(k, &mut out),
             Err(e) => Err(self.op_error(self.plan.stages[k].op.name(), origin, e)),
@@ -420,7 +426,10 @@ impl LaneRun {
             } else {
                 let origin = r.lineage().first_sample();
                 let mut mapped = Vec::new();
-                apply_chain(pre, r, &mut mapped).map_err(|(op, e)| self.op_error(op, origin, e))?;
+                let t = std::time::Instant::now();
+                let res = apply_chain(pre, r, &mut mapped);
+                self.add_stage_time(k + 1, t);
+                res.map_err(|(op, e)| self.op_error(op, origin, e))?;
                 for m in mapped {
                     self.push_stage(k + 1, m)?;
                 }
@@ -492,9 +501,20 @@ impl LaneRun {
         }
     }
 
+    fn add_stage_time(&mut self, k: usize, since: std::time::Instant) {
+        let n = super::timing::since(since);
+        let stages = &mut self.times.stages;
+        if stages.len() <= k {
+            stages.resize(k + 1, 0);
+        }
+        stages[k] += n;
+    }
+
     fn finalize(&mut self) {
         let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.rows_per_step));
+        let t = std::time::Instant::now();
         let digest = lane_digest(&rows);
+        self.times.digest += super::timing::since(t);
         self.steps.push_back(LaneStep { lane: self.lane, step: Step(self.next_step), rows, digest, state: None });
         self.next_step += 1;
         self.unsnapped += 1;
@@ -530,6 +550,12 @@ impl LaneRun {
         if self.unsnapped == 0 {
             return;
         }
+        let t = std::time::Instant::now();
+        self.snapshot_steps(cursor, input_progress);
+        self.times.snapshot += super::timing::since(t);
+    }
+
+    fn snapshot_steps(&mut self, cursor: Cursor, input_progress: u64) {
         let first = self.steps.len() - self.unsnapped;
         self.unsnapped = 0;
         let every = self.snapshot_every;

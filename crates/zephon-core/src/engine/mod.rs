@@ -17,6 +17,7 @@ mod lane;
 mod restore;
 mod schedule;
 mod settings;
+mod timing;
 mod worker;
 
 use std::collections::VecDeque;
@@ -37,6 +38,7 @@ use lane::{LaneRun, LaneSetup};
 use schedule::{Dispatch, Inbox, LaneProgress, Output, Sched, Shared, Slot, lock};
 
 pub use settings::{BadRecords, ExecOptions, RunSpec, Tail};
+pub use timing::StageTime;
 
 /// Runs a pipeline for this rank's lanes and hands out local steps in order.
 pub struct Engine {
@@ -119,7 +121,9 @@ impl Engine {
             })
             .collect();
         let total_window = 4 * opts.threads;
+        let timings = timing::Timings::new(&plan);
         let shared = Arc::new(Shared {
+            timings,
             plan,
             source: spec.source.clone(),
             names: spec.datasets.names().into(),
@@ -314,6 +318,12 @@ impl Engine {
             return Ok(None);
         }
         Ok(Some(LocalStep { step: Step(s), topology: sh.topology, lanes }))
+    }
+
+    /// CPU time so far per part of the pipeline (reading, each operator, digests, snapshots),
+    /// summed over this rank's threads: which part limits the run.
+    pub fn timings(&self) -> Vec<StageTime> {
+        self.shared.timings.report(&self.shared.plan)
     }
 
     /// The lanes of this rank that still had data when its input ended: under

@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     /// The consumer's position (the step it waits for next), readable without the scheduler's
     /// lock: drainers pause a lane this far plus the prefetch ahead.
     pub(crate) consumed: std::sync::atomic::AtomicU64,
+    /// CPU time per part of the pipeline.
+    pub(crate) timings: super::timing::Timings,
 }
 
 pub(crate) struct Slot {

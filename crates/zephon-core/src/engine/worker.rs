@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, OpError, record_error};
-use crate::operators::apply_chain;
+use crate::operators::apply_chain_timed;
 
 use super::lane::UnitOutput;
 use super::schedule::{Shared, Unit, UnitKind, lock};
@@ -23,7 +23,10 @@ impl Shared {
             UnitKind::SourceFailed(m) => UnitOutput::Failed(Error::Source { lane, message: m.clone() }),
             UnitKind::Samples { chunk, n, start, end } => {
                 let ids = &chunk.samples[*start..*end];
+                let t = std::time::Instant::now();
                 let reads = self.datasets.read(ids);
+                self.timings.add_read(super::timing::since(t));
+                let mut nanos = vec![0u64; self.plan.parallel.len()];
                 let mut records = Vec::with_capacity(ids.len());
                 let mut ends = Vec::with_capacity(ids.len());
                 let mut inputs = Vec::with_capacity(ids.len());
@@ -31,7 +34,7 @@ impl Shared {
                 for (j, (id, read)) in ids.iter().zip(reads).enumerate() {
                     let before = records.len();
                     let res = match read {
-                        Ok(rec) => apply_chain(&self.plan.parallel, rec, &mut records),
+                        Ok(rec) => apply_chain_timed(&self.plan.parallel, rec, &mut records, &mut nanos),
                         Err(e) => Err(("read", e)),
                     };
                     match res {
@@ -49,6 +52,7 @@ impl Shared {
                     }
                     ends.push(records.len());
                 }
+                self.timings.add_parallel(&nanos);
                 UnitOutput::Samples {
                     chunk: *n,
                     start: *start as u64,
@@ -94,6 +98,7 @@ impl Shared {
                     None => break,
                 }
             }
+            self.timings.add_lane(&mut run.times);
             let made = run.progress();
             let failed = run.has_failed();
             let paused = run.is_paused();

@@ -237,3 +237,26 @@ fn check_operator_proves_a_good_operator_and_catches_a_bad_rebuild() {
     let e = check_operator(|| contract::Counter, corpus(200, 20, 3), CheckOptions::default()).unwrap_err();
     assert!(e.contains("held accumulator after it"), "the bad rebuild shows once something holds its output: {e}");
 }
+
+#[test]
+fn timings_name_every_part_of_the_pipeline_in_order() {
+    let shards = vec![(0..400).map(|i| format!("document {i} ").repeat(20)).collect()];
+    let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("t", "text", shards))]);
+    let spec = spec(datasets, operators(64, 4), 8, 1, Tail::Drop);
+    let mut e = Engine::start(spec, Topology::single(2, 2).unwrap(), opts(2, 4, 2)).unwrap();
+    while e.next_step().unwrap().is_some() {}
+    let t = e.timings();
+    let parts: Vec<(&str, &str)> = t.iter().map(|s| (s.name.as_str(), s.part.as_str())).collect();
+    assert_eq!(
+        parts,
+        [
+            ("read", "parallel"),
+            ("byte-tokenize", "parallel"),
+            ("wrap-pack", "lane"),
+            ("shuffle-buffer", "lane"),
+            ("digest", "engine"),
+            ("snapshot", "engine")
+        ]
+    );
+    assert!(t.iter().all(|s| s.seconds > 0.0), "every part did work: {t:?}");
+}

@@ -1,0 +1,92 @@
+//! Where a run's CPU time goes: reading, each operator's stateless part, each accumulator, and
+//! the engine's own per-step work (digests, snapshots). A pipeline is as fast as its slowest
+//! part; these totals say which one it is.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::operators::Plan;
+
+/// CPU time spent in one part of the pipeline, summed over threads (this rank).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StageTime {
+    /// The operator's name, or the engine's task (`read`, `digest`, `snapshot`).
+    pub name: String,
+    /// `parallel` (any worker thread), `lane` (the ordered per-lane part) or `engine`.
+    pub part: String,
+    /// Seconds of thread time, summed over threads.
+    pub seconds: f64,
+}
+
+/// The run's totals, in nanoseconds, added to by every thread.
+pub(crate) struct Timings {
+    read: AtomicU64,
+    parallel: Box<[AtomicU64]>,
+    stages: Box<[AtomicU64]>,
+    digest: AtomicU64,
+    snapshot: AtomicU64,
+}
+
+/// One lane's times since they were last added to the run's totals (kept without atomics on
+/// the lane, which one thread drains at a time).
+#[derive(Default)]
+pub(crate) struct LaneTimes {
+    pub stages: Vec<u64>,
+    pub digest: u64,
+    pub snapshot: u64,
+}
+
+/// Nanoseconds since `t`.
+pub(crate) fn since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Timings {
+    pub fn new(plan: &Plan) -> Self {
+        let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
+        Timings {
+            read: AtomicU64::new(0),
+            parallel: zeros(plan.parallel.len()),
+            stages: zeros(plan.stages.len()),
+            digest: AtomicU64::new(0),
+            snapshot: AtomicU64::new(0),
+        }
+    }
+
+    pub fn add_read(&self, nanos: u64) {
+        self.read.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Adds one unit's per-operator times of the stateless chain.
+    pub fn add_parallel(&self, nanos: &[u64]) {
+        for (total, n) in self.parallel.iter().zip(nanos) {
+            total.fetch_add(*n, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds a lane's times and clears them.
+    pub fn add_lane(&self, t: &mut LaneTimes) {
+        for (total, n) in self.stages.iter().zip(&mut t.stages) {
+            total.fetch_add(std::mem::take(n), Ordering::Relaxed);
+        }
+        self.digest.fetch_add(std::mem::take(&mut t.digest), Ordering::Relaxed);
+        self.snapshot.fetch_add(std::mem::take(&mut t.snapshot), Ordering::Relaxed);
+    }
+
+    /// The totals so far, in pipeline order.
+    pub fn report(&self, plan: &Plan) -> Vec<StageTime> {
+        let at = |name: &str, part: &str, n: &AtomicU64| StageTime {
+            name: name.to_string(),
+            part: part.to_string(),
+            seconds: n.load(Ordering::Relaxed) as f64 * 1e-9,
+        };
+        let mut out = vec![at("read", "parallel", &self.read)];
+        out.extend(plan.parallel.iter().zip(self.parallel.iter()).map(|(op, n)| at(op.name(), "parallel", n)));
+        // Maps between accumulators run inline on the lane and are counted with the
+        // accumulator after them.
+        out.extend(plan.stages.iter().zip(self.stages.iter()).map(|(s, n)| at(s.op.name(), "lane", n)));
+        out.push(at("digest", "engine", &self.digest));
+        out.push(at("snapshot", "engine", &self.snapshot));
+        out
+    }
+}
