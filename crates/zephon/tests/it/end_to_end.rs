@@ -174,6 +174,43 @@ fn fill_of_wrap_first_fit_and_best_fit_at_2048() {
     assert!(report["best_fit"] >= 0.99, "best-fit fill {}", report["best_fit"]);
 }
 
+/// Very short documents (one line of corpus A each, ~5–20 tokens): the default cap on
+/// documents per row (seq_len / 4) leaves best-fit rows full. With the old fixed cap of 64,
+/// rows of 1024 stopped at 64 documents, about 8 % empty.
+#[test]
+fn best_fit_fills_rows_of_very_short_documents() {
+    let dir = tmp();
+    let src = zephon_testkit::testdata().join("corpora/a/jsonl/part-00000.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&src)
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
+        .lines()
+        .flat_map(|l| {
+            let text = serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_string();
+            text.lines().map(str::trim).filter(|s| (20..80).contains(&s.len())).map(str::to_string).collect::<Vec<_>>()
+        })
+        .map(|t| serde_json::json!({ "text": t }).to_string())
+        .take(20_000)
+        .collect();
+    assert!(lines.len() > 10_000, "{} short lines", lines.len());
+    let data = write(dir.path(), "short.jsonl", &(lines.join("\n") + "\n"));
+    let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+    let spec = parse(&format!(
+        "lanes = 2\nrows_per_step = 4\n[[dataset]]\nname = \"short\"\npath = \"{}\"\nweight = 1.0\n\
+         [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n{}[run]\nthreads = 2\n",
+        data.display(),
+        tok.display(),
+        pack("best_fit", 1024, 64)
+    ));
+    let mut rows = Vec::new();
+    run(&mut loaders(&spec, 1, 2, None), 50, &mut rows);
+    let tokens: i64 = rows.iter().map(|r| int(r, "num_tokens")).sum();
+    let fill = tokens as f64 / (rows.len() * 1024) as f64;
+    let most_docs = rows.iter().map(|r| r.lineage().fragments().len()).max().unwrap_or(0);
+    println!("best-fit fill of 200 rows of 1024 over short documents: {fill:.5}, at most {most_docs} documents a row");
+    assert!(most_docs > 64, "rows hold more than the old cap of 64 documents: {most_docs}");
+    assert!(fill >= 0.99, "fill {fill}");
+}
+
 #[test]
 fn a_restore_reuses_the_checkpointed_token_estimates() {
     let extra = pack("wrap", 512, 1);
