@@ -30,7 +30,10 @@ enum Stage {
     #[cfg(feature = "vision")]
     Images(zephon_vision::Images),
     Pack(Pack),
-    Shuffle(usize),
+    Shuffle {
+        buffer: usize,
+        warm_up: bool,
+    },
     Custom(Arc<dyn Operator>),
 }
 
@@ -115,7 +118,16 @@ impl Pipeline {
     /// Shuffles records (usually rows) through a buffer of `buffer` per lane.
     #[must_use]
     pub fn shuffle(mut self, buffer: usize) -> Self {
-        self.stages.push(Stage::Shuffle(buffer));
+        self.stages.push(Stage::Shuffle { buffer, warm_up: false });
+        self
+    }
+
+    /// [`Pipeline::shuffle`], emitting from the start: the buffer grows to `buffer` as
+    /// records arrive (see [`Shuffle::warm_up`]), so the first step does not wait for every
+    /// lane to fill its buffer (with many lanes, most of the time to the first batch).
+    #[must_use]
+    pub fn shuffle_warming_up(mut self, buffer: usize) -> Self {
+        self.stages.push(Stage::Shuffle { buffer, warm_up: true });
         self
     }
 
@@ -258,7 +270,10 @@ impl Pipeline {
                 #[cfg(feature = "vision")]
                 Stage::Images(op) => Arc::new(op.clone()),
                 Stage::Pack(p) => Arc::new(p.clone()),
-                Stage::Shuffle(n) => Arc::new(Shuffle::new(*n)?),
+                Stage::Shuffle { buffer, warm_up } => {
+                    let shuffle = Shuffle::new(*buffer)?;
+                    Arc::new(if *warm_up { shuffle.warm_up() } else { shuffle })
+                }
                 Stage::Custom(op) => op.clone(),
             });
         }
@@ -358,7 +373,7 @@ fn is_map(stage: &Stage) -> bool {
         #[cfg(feature = "vision")]
         Stage::Images(_) => true,
         Stage::Custom(op) => !op.kind().accumulates(),
-        Stage::EnsureMixture { .. } | Stage::Pack(_) | Stage::Shuffle(_) => false,
+        Stage::EnsureMixture { .. } | Stage::Pack(_) | Stage::Shuffle { .. } => false,
     }
 }
 

@@ -292,7 +292,25 @@ pub struct PackSpec {
 #[serde(deny_unknown_fields)]
 pub struct ShuffleSpec {
     /// Records per lane in the buffer.
-    pub buffer: usize,
+    pub buffer: Option<usize>,
+    /// Records in the buffers of all lanes together, instead of `buffer`: each lane gets
+    /// this divided by the lanes (rounded up), so the run's memory does not grow with L.
+    pub buffer_total: Option<usize>,
+    /// Emit from the start, the buffer growing as records arrive, instead of waiting until
+    /// it is full (with many lanes, most of the time to the first batch).
+    #[serde(default)]
+    pub warm_up: bool,
+}
+
+impl ShuffleSpec {
+    /// Records per lane.
+    fn per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
+        match (self.buffer, self.buffer_total) {
+            (Some(b), None) => Ok(b),
+            (None, Some(t)) => Ok(t.div_ceil(lanes.max(1) as usize)),
+            _ => Err("[shuffle] give `buffer` (per lane) or `buffer_total` (all lanes), one of them".into()),
+        }
+    }
 }
 
 /// `[run]`.
@@ -370,6 +388,9 @@ impl Spec {
             if let Some(d) = self.datasets.iter().find(|d| d.text_field.is_some()) {
                 return Err(format!("dataset {}: `text_field` with [pretokenized], which reads no text", d.name));
             }
+        }
+        if let Some(s) = &self.shuffle {
+            s.per_lane(self.lanes)?;
         }
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
             return Err("[tokenize] max_tokens must be at least 1".into());
@@ -545,7 +566,8 @@ impl Spec {
             p = p.pack(Pack::new(config)?);
         }
         if let Some(s) = &self.shuffle {
-            p = p.shuffle(s.buffer);
+            let buffer = s.per_lane(self.lanes).map_err(bad)?;
+            p = if s.warm_up { p.shuffle_warming_up(buffer) } else { p.shuffle(buffer) };
         }
         Ok(p)
     }

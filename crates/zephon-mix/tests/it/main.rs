@@ -3,6 +3,7 @@
 
 mod exactly_once;
 mod mixture;
+mod shuffle;
 mod token_shares;
 
 use std::sync::Arc;

@@ -41,6 +41,20 @@ fn invalid_values_are_errors() {
     let algo = spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"tightest\"\nseq_len = 512\n");
     let e = parse(&algo).pipeline().err().unwrap().to_string();
     assert!(e.contains("tightest") && e.contains("best_fit"), "{e}");
+    for shuffle in ["[shuffle]\nbuffer = 4\nbuffer_total = 64\n", "[shuffle]\nwarm_up = true\n"] {
+        let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}\n{shuffle}"));
+        let e = Spec::parse(&text, "s.toml", "/".as_ref()).unwrap_err().to_string();
+        assert!(e.contains("`buffer` (per lane) or `buffer_total` (all lanes)"), "{e}");
+    }
+}
+
+/// `buffer_total` splits one buffer size across the lanes, and `warm_up` says so in the plan.
+#[test]
+fn a_run_wide_warming_up_shuffle_buffer_is_split_across_lanes() {
+    let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}\n[shuffle]\nbuffer_total = 100\nwarm_up = true\n"));
+    let spec = parse(&text);
+    let plan = spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap();
+    assert!(plan.contains("buffer of 13 records per lane") && plan.contains("growing from empty"), "{plan}");
 }
 
 #[test]
