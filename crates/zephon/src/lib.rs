@@ -43,21 +43,39 @@ pub use mixture::{Amount, Dataset, Mixture};
 pub use pipeline::{Pipeline, TOKEN_ESTIMATES};
 pub use spec::Spec;
 
-// The core is re-exported as `lane_core`, not `core`: a glob import of this crate must not
-// shadow Rust's own `core`.
+// The crates are inlined as modules so that their docs are part of this crate's (links to
+// them work under `cargo doc --no-deps`). The core is `lane_core`, not `core`: a glob import
+// of this crate must not shadow Rust's own `core`.
 #[cfg(feature = "candle")]
-pub use zephon_candle::{self as candle, Prefetcher, Sink};
+#[doc(inline)]
+pub use zephon_candle as candle;
+#[cfg(feature = "candle")]
+pub use zephon_candle::{Prefetcher, Sink};
+#[doc(inline)]
+pub use zephon_core as lane_core;
 pub use zephon_core::{
-    self as lane_core, BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, PreTokenized, Record,
-    SampleId, StageTime, Step, Tail, Topology, Value, step_fingerprint,
+    BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, PreTokenized, Record, SampleId, StageTime, Step,
+    Tail, Topology, Value, step_fingerprint,
 };
-pub use zephon_io::{self as io, Fields};
-pub use zephon_mix::{self as mix, EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
-pub use zephon_pack::{self as pack, Algorithm, LongDocs, Pack, PackConfig};
+#[doc(inline)]
+pub use zephon_io as io;
+pub use zephon_io::Fields;
+#[doc(inline)]
+pub use zephon_mix as mix;
+pub use zephon_mix::{EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
+#[doc(inline)]
+pub use zephon_pack as pack;
+pub use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
 #[cfg(feature = "text")]
-pub use zephon_text::{self as text, ImagePlaceholders, LongDocuments, Tokenize, Tokenizer};
+#[doc(inline)]
+pub use zephon_text as text;
+#[cfg(feature = "text")]
+pub use zephon_text::{ImagePlaceholders, LongDocuments, Tokenize, Tokenizer};
 #[cfg(feature = "vision")]
-pub use zephon_vision::{self as vision, ImageTokens, Images, ImagesConfig, PixelLayout};
+#[doc(inline)]
+pub use zephon_vision as vision;
+#[cfg(feature = "vision")]
+pub use zephon_vision::{ImageTokens, Images, ImagesConfig, PixelLayout};
 
 /// The README's Rust blocks, compiled as doctests so that the front page's example stays true.
 #[cfg(doctest)]

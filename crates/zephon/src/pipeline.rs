@@ -54,7 +54,9 @@ enum Stage {
 ///     .shuffle(64)
 ///     .seed(1234)
 ///     .build(Topology::from_env(8, 16)?)?;
-/// while let Some(step) = loader.next_step()? {
+/// // The mixture repeats: training decides when to stop (finite data ends with `None`).
+/// for _ in 0..1000 {
+///     let Some(step) = loader.next_step()? else { break };
 ///     let batch = step.to_batch()?; // input_ids, labels, positions, segment_ids, cu_seqlens, ...
 /// #   let _ = batch;
 /// }
