@@ -339,6 +339,29 @@ fn parse_temporary(name: &str) -> Option<(Option<&str>, u32)> {
     }
 }
 
+/// Opens a dataset's shards, several at a time, in order: removes stale temporaries from the
+/// format's `cache_dirs` under the cache folder, then runs `open(path, cache)` on every shard.
+/// The first shard that fails (in order, whatever the timing) is the error, naming the dataset
+/// and the file.
+pub(crate) fn open_shards<S: Send>(
+    name: &str,
+    paths: &[PathBuf],
+    options: &crate::DatasetOptions,
+    cache_dirs: &[&str],
+    open: impl Fn(&Path, &Path) -> Result<(S, ShardManifest), String> + Sync,
+) -> crate::Result<(Vec<S>, Vec<ShardManifest>)> {
+    let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
+    remove_stale_temporaries(&cache_dirs.iter().map(|d| cache.join(d)).collect::<Vec<_>>());
+    let opened = map_parallel(paths.len(), |i| {
+        open(&paths[i], &cache).map_err(|message| crate::Error::Open {
+            dataset: name.to_string(),
+            path: paths[i].clone(),
+            message,
+        })
+    })?;
+    Ok(opened.into_iter().unzip())
+}
+
 /// `f(0..n)` on up to 8 threads, results in order. On errors, the one of the lowest index is
 /// returned (and higher indexes are not started), so the message does not depend on timing.
 pub(crate) fn map_parallel<T: Send, E: Send>(n: usize, f: impl Fn(usize) -> Result<T, E> + Sync) -> Result<Vec<T>, E> {

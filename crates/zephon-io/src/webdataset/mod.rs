@@ -29,10 +29,7 @@ use zephon_core::{Buffer, Dataset, DatasetManifest, Field, OpError, Record, Samp
 use crate::fields::{Cell, Fields};
 use crate::images::{Image, ImageHandles};
 use crate::jsonl::parse_row;
-use crate::shard::{
-    CONTENT_DIR, Stat, content_hash, default_cache_dir, hash_hex, manifest_entry, map_parallel, open_regular,
-    remove_stale_temporaries,
-};
+use crate::shard::{CONTENT_DIR, Stat, content_hash, hash_hex, manifest_entry, open_regular, open_shards};
 use crate::{DatasetOptions, Error, Result};
 use index::{Entry, Sample};
 
@@ -79,16 +76,7 @@ impl TarDataset {
             }
             None => None,
         };
-        let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
-        remove_stale_temporaries(&CACHE_DIRS.map(|d| cache.join(d)));
-        let opened = map_parallel(paths.len(), |i| {
-            open_shard(&paths[i], &cache).map_err(|message| Error::Open {
-                dataset: name.to_string(),
-                path: paths[i].clone(),
-                message,
-            })
-        })?;
-        let (shards, entries): (Vec<Shard>, Vec<ShardManifest>) = opened.into_iter().unzip();
+        let (shards, entries) = open_shards(name, paths, options, &CACHE_DIRS, open_shard)?;
         let handles = fields.handles();
         Ok(TarDataset {
             manifest: DatasetManifest { name: name.to_string(), shards: entries },
