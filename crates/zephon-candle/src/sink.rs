@@ -11,23 +11,10 @@ use crate::error::Result;
 use crate::step::StepTensors;
 use crate::tensors::Tensors;
 
-/// The packed-text column names whose default target dtype differs from their own (see
-/// [`Sink::new`]).
+/// The packed-text column names, as `zephon-pack` writes them ([`Sink::new`] gives several
+/// of them model dtypes).
 pub mod columns {
-    /// Token ids (`u32[T]` per row).
-    pub const INPUT_IDS: &str = "input_ids";
-    /// Next-token targets with an ignore index (`i32[T]` per row).
-    pub const LABELS: &str = "labels";
-    /// Positions within each document (`i32[T]` per row).
-    pub const POSITIONS: &str = "positions";
-    /// Segment numbers, 0 on padding (`i32[T]` per row).
-    pub const SEGMENT_IDS: &str = "segment_ids";
-    /// flash-attn varlen cumulative sequence lengths (`i32[S+2]` per row).
-    pub const CU_SEQLENS: &str = "cu_seqlens";
-    /// The longest sequence of each row (an integer per row).
-    pub const MAX_SEQLEN: &str = "max_seqlen";
-    /// 1 where the label is a real target (`u8[T]` per row).
-    pub const LOSS_MASK: &str = "loss_mask";
+    pub use zephon_pack::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, POSITIONS, SEGMENT_IDS};
 }
 
 /// How the `cu_seqlens` column becomes a tensor.
