@@ -36,6 +36,8 @@ mod bpe;
 mod pretok;
 mod reference;
 mod split;
+#[cfg(test)]
+mod test_texts;
 mod tokenize;
 mod tokenizer;
 

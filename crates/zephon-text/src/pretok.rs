@@ -272,23 +272,7 @@ mod tests {
             "a", "Z", "é", "日本", " ", "  ", "\n", "\t", "\r\n", "\u{a0}", "\u{3000}", "\u{2028}", "'", "'s", "'S",
             "'re", "'ll", "'d", "'x", "1", "٣", "Ⅻ", "½", "!", "?!", "\u{301}", "🙂", "\u{200d}", "x", "\u{85}",
         ];
-        // Every sequence of up to three atoms, then random longer ones.
-        let mut texts: Vec<String> = vec![String::new()];
-        for _ in 0..3 {
-            let longer: Vec<String> = texts.iter().flat_map(|t| atoms.iter().map(move |a| format!("{t}{a}"))).collect();
-            texts.extend(longer);
-        }
-        let mut seed = 7u64;
-        for _ in 0..20_000 {
-            let mut text = String::new();
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            for k in 0..4 + (seed >> 60) {
-                text.push_str(atoms[(seed.rotate_left(11 * k as u32) >> 40) as usize % atoms.len()]);
-            }
-            texts.push(text);
-        }
-        texts.sort();
-        texts.dedup();
+        let texts = crate::test_texts::atom_texts(&atoms, 7, 20_000);
         assert!(texts.len() > 40_000, "{}", texts.len());
         for text in &texts {
             let text = text.as_str();

@@ -103,22 +103,7 @@ mod tests {
             "'S", "'re", "'LL", "'d", "'x", "1", "12", "1234", "٣", "½", "!", "?!", "/", "\u{301}", "🙂", "\u{200d}",
             "x", "\u{85}", "$", "_", "-a", "A",
         ];
-        let mut texts: Vec<String> = vec![String::new()];
-        for _ in 0..3 {
-            let longer: Vec<String> = texts.iter().flat_map(|t| atoms.iter().map(move |a| format!("{t}{a}"))).collect();
-            texts.extend(longer);
-        }
-        let mut seed = 11u64;
-        for _ in 0..5_000 {
-            let mut text = String::new();
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            for k in 0..4 + (seed >> 60) {
-                text.push_str(atoms[(seed.rotate_left(11 * k as u32) >> 40) as usize % atoms.len()]);
-            }
-            texts.push(text);
-        }
-        texts.sort();
-        texts.dedup();
+        let texts = crate::test_texts::atom_texts(&atoms, 11, 5_000);
         for pattern in PATTERNS {
             let fancy = fancy_regex::Regex::new(pattern).unwrap();
             let ours = RegexSplit::new(pattern).unwrap();
