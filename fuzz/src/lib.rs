@@ -28,8 +28,11 @@ pub fn fingerprint() -> &'static RunFingerprint {
     F.get_or_init(|| run_spec().fingerprint(&Topology::single(LANES, ROWS).expect("valid topology")))
 }
 
-/// A checkpoint file: the header (magic, format, length, SHA-256) around `body`.
-pub fn file_bytes(body: &[u8]) -> Vec<u8> {
+/// A checkpoint file: the header (magic, format, length, SHA-256) around `raw`, the body
+/// before compression ("JSON length" line, JSON, coded lineage).
+pub fn file_bytes(raw: &[u8]) -> Vec<u8> {
+    let body = miniz_oxide::deflate::compress_to_vec(raw, 1);
+    let body = body.as_slice();
     let mut out = format!(
         "ZEPHON-CHECKPOINT\nformat {}\nlength {}\nsha256 {}\n",
         checkpoint::FORMAT_VERSION,
@@ -54,14 +57,22 @@ pub fn write_checkpoint(dir: &Path) {
     }
 }
 
-/// The body (after the header) of a checkpoint file.
-pub fn body_of(file: &[u8]) -> &[u8] {
+/// The body (after the header) of a checkpoint file, inflated.
+pub fn body_of(file: &[u8]) -> Vec<u8> {
     let mut at = 0;
     for _ in 0..4 {
         match file[at..].iter().position(|&b| b == b'\n') {
             Some(i) => at += i + 1,
-            None => return &[],
+            None => return Vec::new(),
         }
     }
-    &file[at..]
+    miniz_oxide::inflate::decompress_to_vec(&file[at..]).unwrap_or_default()
+}
+
+/// Splits an inflated body into its JSON and its coded lineage.
+pub fn split_body(raw: &[u8]) -> Option<(&[u8], &[u8])> {
+    let nl = raw.iter().position(|&b| b == b'\n')?;
+    let n: usize = std::str::from_utf8(&raw[..nl]).ok()?.parse().ok()?;
+    let rest = &raw[nl + 1..];
+    (n <= rest.len()).then(|| rest.split_at(n))
 }

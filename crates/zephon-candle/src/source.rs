@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use zephon_core::{Engine, ExecOptions, LaneState, LocalStep, RunFingerprint, RunSpec, Step, Topology, checkpoint};
+use zephon_core::checkpoint::{self, LaneStreams};
+use zephon_core::{Engine, ExecOptions, LaneState, LocalStep, RunFingerprint, RunSpec, Step, Topology};
 
 use crate::error::{BoxError, Error, Result};
 
@@ -24,13 +25,16 @@ pub trait StepSource: Send + 'static {
     fn resume_point(&self) -> ResumePoint;
 }
 
-/// What a run writes beside the lanes in every checkpoint file: its fingerprint and metadata.
+/// What a run writes beside the lanes in every checkpoint file: its fingerprint and metadata,
+/// and the lanes' sample streams that name buffered samples compactly.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckpointHeader {
     /// The run's identity, part by part.
     pub fingerprint: RunFingerprint,
     /// Facts saved for restores (dataset shard listings, token estimates).
     pub metadata: BTreeMap<String, String>,
+    /// The run's lane streams; without them, files name every buffered sample in full.
+    pub streams: Option<LaneStreams>,
 }
 
 /// A rank's checkpoint after some step, held in memory: the lanes' states, a few small
@@ -84,6 +88,7 @@ impl ResumePoint {
             self.world_size,
             self.rank,
             lanes.clone(),
+            self.header.streams.as_ref(),
         )?)
     }
 }
@@ -100,6 +105,7 @@ impl EngineSource {
         let header = Arc::new(CheckpointHeader {
             fingerprint: engine.fingerprint().clone(),
             metadata: engine.metadata().clone(),
+            streams: Some(engine.streams()),
         });
         EngineSource { engine, header }
     }

@@ -13,7 +13,7 @@ fn main() {
     for (i, f) in files.iter().enumerate() {
         let bytes = fs::read(f).expect("read");
         put(&root.join("checkpoint"), &format!("rank-{i}"), &bytes);
-        put(&root.join("restore"), &format!("rank-{i}"), zephon_fuzz::body_of(&bytes));
+        put(&root.join("restore"), &format!("rank-{i}"), &zephon_fuzz::body_of(&bytes));
     }
     let lines = [
         "{\"text\": \"hello\", \"id\": 1}\n{\"text\": \"two\"}\n",

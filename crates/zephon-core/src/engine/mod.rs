@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::checkpoint::{self, LaneState, RunFingerprint, Skips};
+use crate::checkpoint::{self, LaneState, LaneStreams, RunFingerprint, Skips};
 use crate::error::{Error, Result};
 use crate::id::{Lane, Step};
 use crate::operator::LaneContext;
@@ -72,7 +72,8 @@ impl Engine {
         let plan = Arc::new(Plan::new(spec.operators.clone()));
         let fingerprint = spec.fingerprint(&topology);
         let owned: Vec<Lane> = topology.owned_lanes().collect();
-        let loaded = checkpoint::load(dir, &fingerprint, &spec.notes(), &owned)?;
+        let streams = LaneStreams::new(spec.source.clone(), topology.lanes());
+        let loaded = checkpoint::load(dir, &fingerprint, &spec.notes(), &owned, &streams)?;
         let setups = lane_setups(&spec, &plan, &topology, &opts)?;
         let mismatch = |m: String| Error::CheckpointMismatch { dir: dir.to_path_buf(), message: m };
         for st in &loaded.lanes {
@@ -334,6 +335,12 @@ impl Engine {
         &self.cut_off
     }
 
+    /// The lanes' sample streams, which checkpoint files use to name buffered samples
+    /// compactly (see [`checkpoint::write`]).
+    pub fn streams(&self) -> LaneStreams {
+        LaneStreams::new(self.shared.source.clone(), self.shared.topology.lanes())
+    }
+
     /// Writes this rank's lanes' states after the last delivered step into `dir` (one file,
     /// atomically). Every rank writes its own file into the same directory; no coordination.
     pub fn checkpoint(&self, dir: &Path) -> Result<PathBuf> {
@@ -353,6 +360,7 @@ impl Engine {
             t.world_size(),
             t.rank(),
             states.iter().map(Snapshot::state).collect(),
+            Some(&self.streams()),
         )
     }
 }

@@ -4,15 +4,24 @@
 //! rename), with no collective. A restore at any world size reads whichever files hold the
 //! lanes it now owns.
 //!
-//! File layout (text header, JSON body):
+//! File layout (text header, deflate-compressed body):
 //!
 //! ```text
 //! ZEPHON-CHECKPOINT
-//! format 2
+//! format 3
 //! length <body bytes>
 //! sha256 <hex of body>
-//! <body: JSON of the lanes' states and the run fingerprint>
+//! <body: deflate of "<JSON length>\n", the JSON of the run fingerprint and the lanes' states
+//!        without their lineage, then the lineage in its compact code (see lineage_code.rs)>
 //! ```
+//!
+//! Nearly all of a checkpoint is the lineage of buffered records, so that is what the format
+//! is shaped around: a sample is named by how far back in its lane's input it came, which the
+//! run's work source can list again ([`LaneStreams`]).
+
+mod lineage_code;
+
+pub use lineage_code::{LaneStreams, WINDOW};
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -28,7 +37,7 @@ use crate::lineage::Lineage;
 use crate::operator::AccumulatorState;
 
 /// The checkpoint format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 const MAGIC: &str = "ZEPHON-CHECKPOINT";
 /// File name extension of checkpoint files.
 pub const EXTENSION: &str = "zck";
@@ -140,7 +149,15 @@ pub fn file_name(first: Lane, last: Lane) -> String {
     format!("lanes-{:06}-{:06}.{EXTENSION}", first.0, last.0)
 }
 
+/// The most bytes a checkpoint body may inflate to: beyond it the file is refused as corrupt
+/// rather than allowed to exhaust memory.
+const MAX_INFLATED: usize = 1 << 32;
+
 /// Writes one rank's lanes into `dir` atomically; returns the file's path.
+///
+/// With `streams` (the run's work source and lane count), buffered samples are named by how
+/// far back in their lane's input they came, which keeps files small; without, by their ids.
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     dir: &Path,
     fingerprint: &RunFingerprint,
@@ -148,21 +165,27 @@ pub fn write(
     next_step: u64,
     world_size: u32,
     rank: u32,
-    lanes: Vec<LaneState>,
+    mut lanes: Vec<LaneState>,
+    streams: Option<&LaneStreams>,
 ) -> Result<PathBuf> {
     let (Some(first), Some(last)) = (lanes.first(), lanes.last()) else {
         return Err(Error::Config("a checkpoint needs at least one lane".into()));
     };
     let name = file_name(first.lane, last.lane);
     let path = dir.join(&name);
+    let cannot = |m: String| Error::CheckpointFile { path: path.clone(), message: format!("cannot encode: {m}") };
+    let lineage = lineage_code::encode(&mut lanes, streams).map_err(cannot)?;
     let body =
         Body { fingerprint: fingerprint.clone(), metadata: metadata.clone(), next_step, world_size, rank, lanes };
-    let json = serde_json::to_vec(&body)
-        .map_err(|e| Error::CheckpointFile { path: path.clone(), message: format!("cannot encode: {e}") })?;
+    let json = serde_json::to_vec(&body).map_err(|e| cannot(e.to_string()))?;
+    let mut raw = format!("{}\n", json.len()).into_bytes();
+    raw.extend_from_slice(&json);
+    raw.extend_from_slice(&lineage);
+    let packed = miniz_oxide::deflate::compress_to_vec(&raw, 9);
     let mut bytes =
-        format!("{MAGIC}\nformat {FORMAT_VERSION}\nlength {}\nsha256 {}\n", json.len(), Digest::of(&json).to_hex())
+        format!("{MAGIC}\nformat {FORMAT_VERSION}\nlength {}\nsha256 {}\n", packed.len(), Digest::of(&packed).to_hex())
             .into_bytes();
-    bytes.extend_from_slice(&json);
+    bytes.extend_from_slice(&packed);
 
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     remove_stale_temporaries(dir);
@@ -273,10 +296,29 @@ pub fn resolve(root: &Path, lanes: u32) -> Result<Resolved> {
     })
 }
 
-/// Parses one checkpoint file, checking magic, version, length and checksum.
-fn read_file(path: &Path) -> Result<Body> {
+/// Parses one checkpoint file, checking magic, version, length and checksum; the lanes'
+/// lineage stays coded (see [`Parsed::lineage`]).
+fn read_file(path: &Path) -> Result<Parsed> {
     let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
     parse(path, &bytes)
+}
+
+/// A checkpoint file's body, its lanes' lineage still coded.
+struct Parsed {
+    body: Body,
+    lineage: Vec<u8>,
+}
+
+impl Parsed {
+    /// The body with its lanes' lineage decoded; see [`lineage_code::decode`] for what
+    /// decoding without `streams` gives.
+    fn decoded(mut self, path: &Path, streams: Option<&LaneStreams>) -> Result<Body> {
+        lineage_code::decode(&self.lineage, &mut self.body.lanes, streams).map_err(|m| Error::CheckpointFile {
+            path: path.to_path_buf(),
+            message: format!("lineage does not decode: {m}"),
+        })?;
+        Ok(self.body)
+    }
 }
 
 /// What a checkpoint file says about itself.
@@ -295,7 +337,7 @@ pub struct Summary {
 /// Checks the bytes of a checkpoint file (magic, version, length, checksum, body) and
 /// summarizes it. Never panics on any input: this is what the fuzz target drives.
 pub fn inspect(path: &Path, bytes: &[u8]) -> Result<Summary> {
-    let body = parse(path, bytes)?;
+    let body = parse(path, bytes)?.decoded(path, None)?;
     Ok(Summary {
         next_step: body.next_step,
         written_by: (body.world_size, body.rank),
@@ -304,7 +346,7 @@ pub fn inspect(path: &Path, bytes: &[u8]) -> Result<Summary> {
     })
 }
 
-fn parse(path: &Path, bytes: &[u8]) -> Result<Body> {
+fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
     let bad = |m: String| Error::CheckpointFile { path: path.to_path_buf(), message: m };
     let mut rest: &[u8] = bytes;
     let mut line = |what: &str| -> Result<String> {
@@ -336,7 +378,17 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Body> {
     if Digest::of(rest).to_hex() != sum {
         return Err(bad("checksum mismatch: the file is corrupt".into()));
     }
-    serde_json::from_slice(rest).map_err(|e| bad(format!("body does not decode: {e}")))
+    let raw = miniz_oxide::inflate::decompress_to_vec_with_limit(rest, MAX_INFLATED)
+        .map_err(|e| bad(format!("the body does not inflate: {e}")))?;
+    let nl = raw.iter().position(|&b| b == b'\n').ok_or_else(|| bad("the body has no JSON length line".into()))?;
+    let json_len: usize = std::str::from_utf8(&raw[..nl])
+        .ok()
+        .and_then(|l| l.parse().ok())
+        .filter(|&n: &usize| n <= raw.len() - nl - 1)
+        .ok_or_else(|| bad("the body's JSON length is not a number within the body".into()))?;
+    let (json, lineage) = raw[nl + 1..].split_at(json_len);
+    let body = serde_json::from_slice(json).map_err(|e| bad(format!("body does not decode: {e}")))?;
+    Ok(Parsed { body, lineage: lineage.to_vec() })
 }
 
 /// The run metadata saved with the checkpoint in `dir` (see `RunSpec::metadata`), read from
@@ -353,7 +405,7 @@ pub fn metadata(dir: &Path) -> Result<BTreeMap<String, String>> {
         dir: dir.to_path_buf(),
         message: format!("no *.{EXTENSION} files"),
     })?;
-    Ok(read_file(first)?.metadata)
+    Ok(read_file(first)?.body.metadata)
 }
 
 /// What a restore needs from a checkpoint directory: the states of some lanes, all at one step.
@@ -370,12 +422,14 @@ pub struct Loaded {
 ///
 /// Fails when a lane is missing, two files disagree about a lane, the files are at different
 /// steps, or any part of the fingerprint differs (the error names the parts; with `notes`,
-/// the run's shard listings, a changed dataset names its changed shards).
+/// the run's shard listings, a changed dataset names its changed shards). `streams` are the
+/// run's, to decode lineage named by distance (see [`write`]).
 pub fn load(
     dir: &Path,
     fingerprint: &RunFingerprint,
     notes: &BTreeMap<String, String>,
     wanted: &[Lane],
+    streams: &LaneStreams,
 ) -> Result<Loaded> {
     let mismatch = |m: String| Error::CheckpointMismatch { dir: dir.to_path_buf(), message: m };
     let entries = fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
@@ -395,11 +449,13 @@ pub fn load(
     let mut step: Option<(u64, PathBuf)> = None;
     let mut found: BTreeMap<Lane, (LaneState, PathBuf)> = BTreeMap::new();
     for path in files {
-        let body = read_file(&path)?;
-        let diffs = fingerprint_diff(&body.fingerprint, fingerprint, &body.metadata, notes);
+        let parsed = read_file(&path)?;
+        let saved = &parsed.body;
+        let diffs = fingerprint_diff(&saved.fingerprint, fingerprint, &saved.metadata, notes);
         if !diffs.is_empty() {
             return Err(mismatch(format!("{} was written by a different run: {}", path.display(), diffs.join("; "))));
         }
+        let body = parsed.decoded(&path, Some(streams))?;
         match &step {
             Some((s, other)) if *s != body.next_step => {
                 return Err(mismatch(format!(
