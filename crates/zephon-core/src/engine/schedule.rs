@@ -219,23 +219,34 @@ impl Sched {
             return Some(Unit { slot: i, seq: 0, kind: UnitKind::Resume });
         }
         if self.in_flight >= shared.total_window {
-            return None;
+            // The window bounds the work ahead of the consumer, but never holds back a lane
+            // the consumer waits for: lanes that ran ahead and paused keep their undrained
+            // units in flight until the consumer moves, and they can fill the window. Waiting
+            // for the window then waits for ever.
+            let pos = self.queue.iter().position(|&i| self.is_behind(i) && self.eligible(i, shared))?;
+            let i = self.queue.remove(pos)?;
+            self.lanes[i].queued = false;
+            return Some(self.dispatch(i, shared));
         }
         while let Some(i) = self.queue.pop_front() {
             self.lanes[i].queued = false;
-            if !self.eligible(i, shared) {
-                continue;
+            if self.eligible(i, shared) {
+                return Some(self.dispatch(i, shared));
             }
-            let kind = self.cut(i, shared);
-            let d = &mut self.lanes[i];
-            let unit = Unit { slot: i, seq: d.seq, kind };
-            d.seq += 1;
-            d.in_flight += 1;
-            self.in_flight += 1;
-            self.enqueue(i, shared);
-            return Some(unit);
         }
         None
+    }
+
+    /// Cuts lane `i`'s next unit and counts it in flight.
+    fn dispatch(&mut self, i: usize, shared: &Shared) -> Unit {
+        let kind = self.cut(i, shared);
+        let d = &mut self.lanes[i];
+        let unit = Unit { slot: i, seq: d.seq, kind };
+        d.seq += 1;
+        d.in_flight += 1;
+        self.in_flight += 1;
+        self.enqueue(i, shared);
+        unit
     }
 
     /// The lane's next unit of input: up to `unit_samples` samples of its current chunk, or

@@ -4,5 +4,6 @@ mod checkpoint_errors;
 mod common;
 mod huge;
 mod invariants;
+mod liveness;
 mod multiprocess;
 mod records;
