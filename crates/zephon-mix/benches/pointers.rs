@@ -39,7 +39,7 @@ fn bench(c: &mut Criterion) {
             chunk_size: 256,
             order: Order { shuffle_shards: true, rows },
             exhaustion: Exhaustion::Repeat,
-            passes: 1,
+            ..SourceConfig::default()
         };
         let source = MixtureSource::new(&m, &[0.5, 0.5], config).unwrap();
         for lanes in [1u32, 64, 1024] {

@@ -25,8 +25,16 @@ pub enum Exhaustion {
 pub struct SourceConfig {
     /// Seed of every shuffle and of the chunk deal.
     pub seed: u64,
-    /// Samples per chunk.
+    /// Samples per chunk (unless `chunk_tokens` is set).
     pub chunk_size: u32,
+    /// Estimated tokens per chunk, instead of a count of samples: chunks of a long-document
+    /// dataset then hold few documents and those of a short-document one many. Each sample
+    /// counts its dataset's estimated tokens per row ([`MixtureSource::with_row_tokens`]). This
+    /// keeps a lane from drawing one chunk that holds far more tokens than the others' (the
+    /// end of a `Redistribute` pass, when only long documents are left); it cannot balance
+    /// the spread of document lengths within a dataset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_tokens: Option<u64>,
     /// Row order within each pass.
     pub order: Order,
     /// The exhaustion policy.
@@ -37,7 +45,14 @@ pub struct SourceConfig {
 
 impl Default for SourceConfig {
     fn default() -> Self {
-        SourceConfig { seed: 0, chunk_size: 256, order: Order::default(), exhaustion: Exhaustion::Repeat, passes: 1 }
+        SourceConfig {
+            seed: 0,
+            chunk_size: 256,
+            chunk_tokens: None,
+            order: Order::default(),
+            exhaustion: Exhaustion::Repeat,
+            passes: 1,
+        }
     }
 }
 
@@ -57,7 +72,10 @@ struct Phase {
 ///
 /// Global position p of the stream is a draw of one dataset, chosen by the smooth weighted
 /// interleave; draw k of dataset d is row `k mod rows_d` of pass `k / rows_d` in that pass's
-/// order. Chunk g is positions `[g·C, (g+1)·C)`. Lane l's n-th chunk is chunk
+/// order. Chunk g is positions `[g·C, (g+1)·C)`, or, with `chunk_tokens = T`, the positions
+/// from the first whose estimated tokens before it reach g·T up to the first reaching
+/// (g+1)·T (found by binary search over the closed-form draw counts, so still O(1) seeks).
+/// Lane l's n-th chunk is chunk
 /// `n·L + π_n(l)`, where π_n is a seeded permutation of the lanes: each block of L chunks goes
 /// one to each lane, and any lane finds its n-th chunk in O(1), whatever L.
 pub struct MixtureSource {
@@ -69,6 +87,8 @@ pub struct MixtureSource {
     phases: Vec<Phase>,
     /// One past the last position, if the stream ends.
     total: Option<u64>,
+    /// Estimated tokens per row of each dataset (at least 1), for `chunk_tokens`.
+    row_tokens: Vec<u64>,
 }
 
 /// Weights are turned into integers with this resolution (exact arithmetic from there on).
@@ -86,6 +106,9 @@ impl MixtureSource {
         }
         if config.chunk_size == 0 {
             return Err(Error::Config("chunk_size must be at least 1".into()));
+        }
+        if config.chunk_tokens == Some(0) {
+            return Err(Error::Config("chunk_tokens must be at least 1".into()));
         }
         if config.passes == 0 && config.exhaustion != Exhaustion::Repeat {
             return Err(Error::Config("passes must be at least 1".into()));
@@ -127,7 +150,56 @@ impl MixtureSource {
             orders,
             phases,
             total,
+            // Until estimates are given, a row costs its dataset's mean bytes per row.
+            row_tokens: manifests.iter().map(|m| (m.bytes() / m.rows().max(1)).max(1)).collect(),
         })
+    }
+
+    /// Sets the estimated tokens per row of each dataset that `chunk_tokens` counts (rounded,
+    /// at least 1). Without it, a row counts its dataset's mean bytes per row.
+    pub fn with_row_tokens(mut self, tokens_per_row: &[f64]) -> Result<Self> {
+        if tokens_per_row.len() != self.names.len() {
+            return Err(Error::Config(format!(
+                "{} datasets but {} token estimates",
+                self.names.len(),
+                tokens_per_row.len()
+            )));
+        }
+        for (name, &t) in self.names.iter().zip(tokens_per_row) {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(Error::Config(format!("dataset {name}: {t} tokens per row is not a non-negative number")));
+            }
+        }
+        self.row_tokens = tokens_per_row.iter().map(|&t| (t.round() as u64).max(1)).collect();
+        Ok(self)
+    }
+
+    /// Estimated tokens of the first `p` positions.
+    fn tokens_before(&self, p: u64) -> u128 {
+        self.draws_before(p).iter().zip(&self.row_tokens).map(|(&n, &t)| u128::from(n) * u128::from(t)).sum()
+    }
+
+    /// The first position of chunk `g` (may be past the end of a finite stream).
+    fn chunk_start(&self, g: u64) -> u64 {
+        let Some(t) = self.config.chunk_tokens else {
+            return g.saturating_mul(u64::from(self.config.chunk_size));
+        };
+        let target = u128::from(g) * u128::from(t);
+        // Every position costs at least one token, so the answer is at most `target`.
+        let mut hi = u64::try_from(target).unwrap_or(u64::MAX);
+        if let Some(total) = self.total {
+            hi = hi.min(total);
+        }
+        let mut lo = 0u64;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.tokens_before(mid) >= target {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
     }
 
     /// Number of positions in the stream, if it ends.
@@ -142,20 +214,28 @@ impl MixtureSource {
 
     /// Number of chunks, if the stream ends.
     pub fn chunks(&self) -> Option<u64> {
-        self.total.map(|t| t.div_ceil(self.config.chunk_size as u64))
+        let total = self.total?;
+        Some(match self.config.chunk_tokens {
+            None => total.div_ceil(self.config.chunk_size as u64),
+            Some(_) if total == 0 => 0,
+            // Chunk g exists while its start is before the end: tokens before the last
+            // position reach g·T.
+            Some(t) => u64::try_from(self.tokens_before(total - 1) / u128::from(t)).unwrap_or(u64::MAX) + 1,
+        })
     }
 
-    /// The global chunk `g`: its samples in stream order, or `None` past the end.
+    /// The global chunk `g`: its samples in stream order, or `None` past the end. With
+    /// `chunk_tokens`, a chunk may be empty (a document longer than a chunk spans several).
     pub fn global_chunk(&self, g: u64) -> Option<Chunk> {
-        let c = self.config.chunk_size as u64;
-        let start = g.checked_mul(c)?;
+        let start = self.chunk_start(g);
+        let next = self.chunk_start(g.checked_add(1)?);
         let end = match self.total {
             Some(t) if start >= t => return None,
-            Some(t) => (start + c).min(t),
-            None => start + c,
+            Some(t) => next.min(t),
+            None => next,
         };
-        let mut samples = Vec::with_capacity((end - start) as usize);
-        let mut owners = Vec::with_capacity(c as usize);
+        let mut samples = Vec::with_capacity((end - start).min(1 << 20) as usize);
+        let mut owners = Vec::new();
         let mut p = start;
         while p < end {
             let phase = &self.phases[self.phases.partition_point(|ph| ph.start <= p) - 1];
@@ -240,8 +320,12 @@ impl WorkSource for MixtureSource {
 
     fn fingerprint(&self) -> String {
         let datasets: Vec<String> = self.names.iter().zip(&self.m).map(|(n, m)| format!("{n}:{m}")).collect();
+        let row_tokens = match self.config.chunk_tokens {
+            Some(_) => format!(", row_tokens={:?}", self.row_tokens),
+            None => String::new(),
+        };
         format!(
-            "mixture(datasets=[{}], config={})",
+            "mixture(datasets=[{}], config={}{row_tokens})",
             datasets.join(","),
             serde_json::to_string(&self.config).unwrap_or_default()
         )
@@ -255,12 +339,15 @@ impl WorkSource for MixtureSource {
             .zip(&self.m)
             .map(|(n, &m)| format!("{n} {:.1}%", 100.0 * m as f64 / sum as f64))
             .collect();
+        let chunks = match self.config.chunk_tokens {
+            Some(t) => format!("~{t} tokens (rows count {:?} tokens)", self.row_tokens),
+            None => format!("{} samples", self.config.chunk_size),
+        };
         format!(
-            "mixture of {} ({:?}, {} pass(es), chunks of {}, {:?})",
+            "mixture of {} ({:?}, {} pass(es), chunks of {chunks}, {:?})",
             parts.join(", "),
             self.config.exhaustion,
             self.config.passes,
-            self.config.chunk_size,
             self.config.order
         )
     }

@@ -84,9 +84,10 @@ impl DataReport {
         if !self.lanes_cut_off.is_empty() {
             let lanes: Vec<String> = self.lanes_cut_off.iter().map(u32::to_string).collect();
             out.push(format!(
-                "the data ended on one lane while lanes {} still had data, which was not delivered \
-                 (chunks are dealt by rows, so lanes can hold very different amounts of tokens); \
-                 tail = \"partial\" delivers it",
+                "the data ended on one lane while lanes {} still had data, which was not delivered, \
+                 and documents of theirs may have come in part (lanes draw documents of different \
+                 lengths; [source] chunk_tokens deals by estimated tokens instead of samples, which \
+                 keeps lanes closer); tail = \"partial\" delivers it",
                 lanes.join(", ")
             ));
         }

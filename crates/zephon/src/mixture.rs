@@ -101,6 +101,16 @@ impl Mixture {
         self
     }
 
+    /// Chunks of about `tokens` estimated tokens instead of a fixed number of samples, so
+    /// that lanes carry about as many tokens each and finite data ends on every lane at about
+    /// the same step (see `MixtureSource`). Tokens per row are estimated with the pipeline's
+    /// tokenizer, as for token shares.
+    #[must_use]
+    pub fn chunk_tokens(mut self, tokens: u64) -> Self {
+        self.config.chunk_tokens = Some(tokens);
+        self
+    }
+
     /// Row order within each pass.
     #[must_use]
     pub fn order(mut self, order: Order) -> Self {
@@ -181,6 +191,9 @@ impl Mixture {
         }
         if self.config.chunk_size == 0 {
             return Err("chunk_size must be at least 1".into());
+        }
+        if self.config.chunk_tokens == Some(0) {
+            return Err("chunk_tokens must be at least 1".into());
         }
         if let zephon_mix::RowOrder::Blocks { size: 0 } = self.config.order.rows {
             return Err("block_size must be at least 1".into());

@@ -212,33 +212,37 @@ impl Pipeline {
         let datasets = Datasets::new(opened);
         let shares = m.token_shares();
         let mut metadata = std::collections::BTreeMap::new();
-        let (weights, estimates) = match &shares {
-            Some(shares) => {
-                let estimates = match saved.and_then(|s| s.get(TOKEN_ESTIMATES)) {
-                    Some(json) => serde_json::from_str::<Vec<TokenEstimate>>(json)
-                        .map_err(|e| Error::Build(format!("the checkpoint's token estimates do not parse: {e}")))?,
-                    None => self.estimate(&datasets)?,
-                };
-                metadata.insert(
-                    TOKEN_ESTIMATES.to_string(),
-                    serde_json::to_string(&estimates).map_err(|e| Error::Build(e.to_string()))?,
-                );
-                (weights_for_token_shares(&estimates, shares)?, Some(estimates))
-            }
-            None => (
-                m.datasets
-                    .iter()
-                    .map(|d| match d.amount {
-                        Amount::Weight(w) => w,
-                        Amount::Share(s) => s,
-                    })
-                    .collect(),
-                None,
-            ),
+        let estimates = if shares.is_some() || m.config.chunk_tokens.is_some() {
+            let estimates = match saved.and_then(|s| s.get(TOKEN_ESTIMATES)) {
+                Some(json) => serde_json::from_str::<Vec<TokenEstimate>>(json)
+                    .map_err(|e| Error::Build(format!("the checkpoint's token estimates do not parse: {e}")))?,
+                None => self.estimate(&datasets)?,
+            };
+            metadata.insert(
+                TOKEN_ESTIMATES.to_string(),
+                serde_json::to_string(&estimates).map_err(|e| Error::Build(e.to_string()))?,
+            );
+            Some(estimates)
+        } else {
+            None
+        };
+        let weights = match (&shares, &estimates) {
+            (Some(shares), Some(estimates)) => weights_for_token_shares(estimates, shares)?,
+            _ => m
+                .datasets
+                .iter()
+                .map(|d| match d.amount {
+                    Amount::Weight(w) => w,
+                    Amount::Share(s) => s,
+                })
+                .collect(),
         };
         let mut config = m.config;
         config.seed = m.seed.unwrap_or(self.seed);
-        let source = MixtureSource::new(&datasets.manifests(), &weights, config)?;
+        let mut source = MixtureSource::new(&datasets.manifests(), &weights, config)?;
+        if let Some(e) = &estimates {
+            source = source.with_row_tokens(&e.iter().map(TokenEstimate::tokens_per_row).collect::<Vec<_>>())?;
+        }
         let mut operators = Operators::new();
         #[cfg(feature = "text")]
         let vocab = self.stages.iter().find_map(|s| match s {
@@ -363,7 +367,11 @@ impl Pipeline {
             }
         }
         let _ = datasets;
-        Err(Error::Build("token shares need a tokenize step to estimate tokens per row (or use sample weights)".into()))
+        Err(Error::Build(
+            "token shares and chunk_tokens need a tokenize step to estimate tokens per row (or use sample weights and \
+             chunk_size)"
+                .into(),
+        ))
     }
 }
 

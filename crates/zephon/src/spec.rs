@@ -20,7 +20,7 @@
 //! share = 0.5
 //!
 //! [source]
-//! chunk_size = 64
+//! chunk_size = 64               # samples per chunk dealt to a lane (or chunk_tokens = estimated tokens)
 //! order = "shuffled"            # sequential | shuffled | blocks | global
 //! exhaustion = "repeat"         # repeat | stop | redistribute
 //!
@@ -129,8 +129,10 @@ pub struct DatasetSpec {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SourceSpec {
-    /// Samples per chunk.
-    pub chunk_size: u32,
+    /// Samples per chunk (default 256).
+    pub chunk_size: Option<u32>,
+    /// Estimated tokens per chunk, instead of `chunk_size` samples.
+    pub chunk_tokens: Option<u64>,
     /// `sequential`, `shuffled`, `blocks` or `global`.
     pub order: String,
     /// Rows per block for `order = "blocks"`.
@@ -148,7 +150,8 @@ pub struct SourceSpec {
 impl Default for SourceSpec {
     fn default() -> Self {
         SourceSpec {
-            chunk_size: 256,
+            chunk_size: None,
+            chunk_tokens: None,
             order: "shuffled".into(),
             block_size: 1000,
             shuffle_shards: true,
@@ -467,10 +470,14 @@ impl Spec {
                 return Err(bad(format!("[source] exhaustion = {other:?}: expected repeat, stop or redistribute")));
             }
         };
-        mixture = mixture
-            .chunk_size(src.chunk_size)
-            .order(Order { shuffle_shards: src.shuffle_shards, rows })
-            .exhaustion(exhaustion, src.passes);
+        mixture = match (src.chunk_size, src.chunk_tokens) {
+            (Some(_), Some(_)) => {
+                return Err(bad("[source] chunk_size and chunk_tokens exclude each other: give one".into()));
+            }
+            (_, Some(t)) => mixture.chunk_tokens(t),
+            (n, None) => mixture.chunk_size(n.unwrap_or(256)),
+        };
+        mixture = mixture.order(Order { shuffle_shards: src.shuffle_shards, rows }).exhaustion(exhaustion, src.passes);
         if let Some(seed) = src.seed {
             mixture = mixture.seed(seed);
         }

@@ -384,7 +384,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
     let json_len: usize = std::str::from_utf8(&raw[..nl])
         .ok()
         .and_then(|l| l.parse().ok())
-        .filter(|&n: &usize| n <= raw.len() - nl - 1)
+        .filter(|&n: &usize| n < raw.len() - nl)
         .ok_or_else(|| bad("the body's JSON length is not a number within the body".into()))?;
     let (json, lineage) = raw[nl + 1..].split_at(json_len);
     let body = serde_json::from_slice(json).map_err(|e| bad(format!("body does not decode: {e}")))?;

@@ -30,8 +30,13 @@ fn one_pass_hands_out_every_row_exactly_once_for_any_lane_count() {
             Order { shuffle_shards: true, rows: RowOrder::Blocks { size: 1000 } },
             Order { shuffle_shards: false, rows: RowOrder::Global },
         ] {
-            let config =
-                SourceConfig { seed: 9, chunk_size: 100, order, exhaustion: Exhaustion::Redistribute, passes: 1 };
+            let config = SourceConfig {
+                seed: 9,
+                chunk_size: 100,
+                order,
+                exhaustion: Exhaustion::Redistribute,
+                ..Default::default()
+            };
             let source = MixtureSource::new(&m, &[0.5, 0.5], config).unwrap();
             assert_eq!(source.len(), Some(want.len() as u64));
             for lanes in [1u32, 3, 8, 64, 1024] {

@@ -102,6 +102,42 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Chunks by estimated tokens cover the same stream as chunks by samples, in order, each
+    /// position once; every chunk holds at most `chunk_tokens` plus one row of tokens, and
+    /// `chunks()` says where they end.
+    #[test]
+    fn chunks_by_tokens_cut_the_same_stream_into_token_sized_pieces(
+        rows in prop::collection::vec(1u64..300, 1..4),
+        row_tokens in prop::collection::vec(1.0f64..5000.0, 3),
+        seed in any::<u64>(),
+        chunk_tokens in 1u64..20_000,
+        redistribute in any::<bool>(),
+    ) {
+        let m = synthetic(&rows);
+        let weights: Vec<f64> = (0..rows.len()).map(|i| 1.0 + ((seed >> (i * 8)) & 0xff) as f64).collect();
+        let exhaustion = if redistribute { Exhaustion::Redistribute } else { Exhaustion::Stop };
+        let by_samples = SourceConfig { seed, chunk_size: 1, exhaustion, ..Default::default() };
+        let reference = MixtureSource::new(&m, &weights, by_samples).unwrap();
+        let by_tokens = SourceConfig { chunk_tokens: Some(chunk_tokens), ..by_samples };
+        let cost = &row_tokens[..rows.len()];
+        let source = MixtureSource::new(&m, &weights, by_tokens).unwrap().with_row_tokens(cost).unwrap();
+        let mut stream = Vec::new();
+        let mut g = 0;
+        while let Some(c) = source.global_chunk(g) {
+            let tokens: u64 = c.samples.iter().map(|s| cost[s.dataset as usize].round() as u64).sum();
+            let biggest = cost.iter().map(|c| c.round() as u64).max().unwrap_or(0);
+            prop_assert!(tokens <= chunk_tokens + biggest, "chunk {} holds {} tokens", g, tokens);
+            stream.extend(c.samples);
+            g += 1;
+        }
+        prop_assert_eq!(source.chunks(), Some(g));
+        let expected: Vec<_> = (0..reference.len().unwrap()).flat_map(|p| reference.global_chunk(p).unwrap().samples).collect();
+        prop_assert_eq!(stream, expected);
+    }
+}
+
 #[test]
 fn bad_settings_are_errors() {
     let m = synthetic(&[10, 10]);
@@ -112,6 +148,11 @@ fn bad_settings_are_errors() {
     assert!(MixtureSource::new(&m, &[f64::NAN, 1.0], c).is_err());
     assert!(MixtureSource::new(&synthetic(&[0, 10]), &[1.0, 1.0], c).is_err());
     assert!(MixtureSource::new(&m, &[1.0, 1.0], SourceConfig { chunk_size: 0, ..c }).is_err());
+    assert!(MixtureSource::new(&m, &[1.0, 1.0], SourceConfig { chunk_tokens: Some(0), ..c }).is_err());
+    let two = MixtureSource::new(&m, &[1.0, 1.0], c).unwrap();
+    assert!(two.with_row_tokens(&[1.0]).is_err());
+    let two = MixtureSource::new(&m, &[1.0, 1.0], c).unwrap();
+    assert!(two.with_row_tokens(&[f64::NAN, 1.0]).is_err());
     let e = MixtureSource::new(&m, &[1.0], c).err().unwrap().to_string();
     assert!(e.contains("2 datasets but 1 weights"), "{e}");
 }

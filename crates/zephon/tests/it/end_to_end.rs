@@ -63,27 +63,34 @@ fn int(r: &Record, f: &str) -> i64 {
     }
 }
 
+/// Also with chunks by estimated tokens instead of by samples.
 #[test]
 fn steps_are_identical_at_every_world_size_and_thread_count() {
-    let extra =
-        format!("{}\n[ensure_mixture]\nslack_tokens = 1024\n\n[shuffle]\nbuffer = 2\n", pack("best_fit", 512, 4));
-    let spec = parse(&spec_text("jsonl", 8, 8, "", &extra));
-    let mut rows = Vec::new();
-    let reference = run(&mut loaders(&spec, 1, 2, None), 4, &mut rows);
-    for (w, t) in [(2, 1), (4, 2), (8, 1)] {
-        assert_eq!(run(&mut loaders(&spec, w, t, None), 4, &mut Vec::new()), reference, "W={w} threads={t}");
-    }
-    // A checkpoint at step 2 on W = 2, resumed on W = 8 and W = 1.
-    let dir = tmp();
-    let mut two = loaders(&spec, 2, 1, None);
-    let head = run(&mut two, 2, &mut Vec::new());
-    two.iter().for_each(|l| {
-        l.checkpoint(dir.path()).unwrap();
-    });
-    for w in [8, 1] {
-        let mut tail = head.clone();
-        tail.extend(run(&mut loaders(&spec, w, 2, Some(dir.path())), 2, &mut Vec::new()));
-        assert_eq!(tail, reference, "resumed at W={w}");
+    for chunks in ["chunk_size = 16", "chunk_tokens = 8192"] {
+        let extra =
+            format!("{}\n[ensure_mixture]\nslack_tokens = 1024\n\n[shuffle]\nbuffer = 2\n", pack("best_fit", 512, 4));
+        let spec = parse(&spec_text("jsonl", 8, 8, "", &extra).replace("chunk_size = 16", chunks));
+        let mut rows = Vec::new();
+        let reference = run(&mut loaders(&spec, 1, 2, None), 4, &mut rows);
+        for (w, t) in [(2, 1), (4, 2), (8, 1)] {
+            assert_eq!(
+                run(&mut loaders(&spec, w, t, None), 4, &mut Vec::new()),
+                reference,
+                "{chunks} W={w} threads={t}"
+            );
+        }
+        // A checkpoint at step 2 on W = 2, resumed on W = 8 and W = 1.
+        let dir = tmp();
+        let mut two = loaders(&spec, 2, 1, None);
+        let head = run(&mut two, 2, &mut Vec::new());
+        two.iter().for_each(|l| {
+            l.checkpoint(dir.path()).unwrap();
+        });
+        for w in [8, 1] {
+            let mut tail = head.clone();
+            tail.extend(run(&mut loaders(&spec, w, 2, Some(dir.path())), 2, &mut Vec::new()));
+            assert_eq!(tail, reference, "{chunks} resumed at W={w}");
+        }
     }
 }
 

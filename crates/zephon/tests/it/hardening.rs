@@ -221,6 +221,30 @@ fn what_the_end_of_finite_data_leaves_out_is_reported() {
     assert!(line.contains("the end of the data left out") && line.contains("tokens"), "{line}");
 }
 
+/// Rows of a spec over `datasets` (TOML `[[dataset]]` tables) with `[source]` settings
+/// `source` and `tail`, run to the end of the data; and the run's report.
+fn run_to_end(datasets: &str, source: &str, tail: &str) -> (usize, zephon::DataReport) {
+    let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
+    let s = parse_named(
+        &format!(
+            "lanes = 2\nrows_per_step = 2\n{datasets}[source]\n{source}\norder = \"sequential\"\n\
+             [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n{PACK}[run]\ntail = \"{tail}\"\n",
+            tok.display()
+        ),
+        "uneven.toml",
+    );
+    let mut loader = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).unwrap();
+    let mut rows = 0;
+    while let Some(step) = loader.next_step().unwrap() {
+        rows += step.len();
+    }
+    (rows, loader.report())
+}
+
+fn dataset(name: &str, path: &Path) -> String {
+    format!("[[dataset]]\nname = \"{name}\"\npath = \"{}\"\nweight = 1.0\n", path.display())
+}
+
 /// Chunks are dealt by rows: a lane that draws long documents holds far more data than one
 /// that draws short ones. Under `tail = "drop"` the run ends when the first lane runs out, and
 /// the report names the lanes whose data was not delivered.
@@ -230,33 +254,42 @@ fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
     let long = "lanes and steps ".repeat(400);
     let texts: Vec<String> =
         (0..64).map(|i| if (i / 8) % 2 == 0 { format!("{long}{i}") } else { format!("short {i}") }).collect();
-    let data = jsonl(dir.path(), "uneven", "text", &texts);
-    let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
-    let spec = |tail: &str| {
-        parse_named(
-            &format!(
-                "lanes = 2\nrows_per_step = 2\n[[dataset]]\nname = \"uneven\"\npath = \"{}\"\nweight = 1.0\n\
-                 [source]\nchunk_size = 8\norder = \"sequential\"\nexhaustion = \"stop\"\n\
-                 [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n{PACK}[run]\ntail = \"{tail}\"\n",
-                data.display(),
-                tok.display()
-            ),
-            "uneven.toml",
-        )
-    };
-    let run = |tail: &str| {
-        let s = spec(tail);
-        let mut loader = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).unwrap();
-        let mut rows = 0;
-        while let Some(step) = loader.next_step().unwrap() {
-            rows += step.len();
-        }
-        (rows, loader.report())
-    };
-    let (dropped_run, report) = run("drop");
+    let data = dataset("uneven", &jsonl(dir.path(), "uneven", "text", &texts));
+    let source = "chunk_size = 8\nexhaustion = \"stop\"";
+    let (dropped_run, report) = run_to_end(&data, source, "drop");
     assert_eq!(report.lanes_cut_off.len(), 1, "{report:?}");
     let lines = report.lines().join("\n");
     assert!(lines.contains(&format!("lanes {} still had data", report.lanes_cut_off[0])), "{lines}");
-    let (full_run, partial) = run("partial");
+    let (full_run, partial) = run_to_end(&data, source, "partial");
     assert!(partial.lanes_cut_off.is_empty() && full_run > dropped_run + 10, "{full_run} vs {dropped_run}");
+}
+
+/// A long-document dataset (~1,200 tokens each) and a short one (~4), one pass each: once the
+/// short one is used up, chunks of 8 samples are 8 long documents, and the lane that draws
+/// the one chunk of the last, incomplete block runs ~35 rows past the other, which `drop`
+/// loses (38 rows). Chunks of ~2048 estimated tokens keep the lanes within about one chunk
+/// (10 rows). What remains is not bounded by one step: each chunk boundary falls between
+/// whole documents, and those roundings add up per lane.
+#[test]
+fn chunks_by_estimated_tokens_keep_lanes_together_at_the_end_of_the_data() {
+    let dir = tmp();
+    let long: Vec<String> = (0..72).map(|i| format!("{}{i}", "lanes and steps ".repeat(400))).collect();
+    let short: Vec<String> = (0..32).map(|i| format!("short {i}")).collect();
+    let data = dataset("long", &jsonl(dir.path(), "long", "text", &long))
+        + &dataset("short", &jsonl(dir.path(), "short", "text", &short));
+    let lost = |chunks: &str| {
+        let source = format!("{chunks}\nexhaustion = \"redistribute\"");
+        let (all, _) = run_to_end(&data, &source, "partial");
+        let (kept, report) = run_to_end(&data, &source, "drop");
+        (all, all - kept, report)
+    };
+    let (all_rows, by_rows, _) = lost("chunk_size = 8");
+    let (all_tokens, by_tokens, report) = lost("chunk_tokens = 2048");
+    assert!(all_rows.abs_diff(all_tokens) <= 2, "the same data, cut differently: {all_rows} against {all_tokens} rows");
+    assert!(by_rows >= 15, "chunks of 8 samples: drop left out {by_rows} of {all_rows} rows");
+    assert!(
+        by_tokens <= (2048 + 1700) / 256 + 2,
+        "chunks of 2048 tokens: drop left out {by_tokens} of {all_tokens} rows (chunks of 8: {by_rows})"
+    );
+    assert!(report.lines().join("\n").contains("tokens"), "{report:?}");
 }

@@ -38,6 +38,10 @@ fn invalid_values_are_errors() {
     assert!(e.contains("world size (3) must divide the lane count (8)"), "{e}");
     let both = spec_text("jsonl", 8, 16, "", PACK).replacen("share = 0.5", "share = 0.5\nweight = 1.0", 1);
     assert!(Spec::parse(&both, "s", "/".as_ref()).unwrap_err().to_string().contains("not both"));
+    let both_chunks =
+        spec_text("jsonl", 8, 16, "", PACK).replace("chunk_size = 16", "chunk_size = 16\nchunk_tokens = 4096");
+    let e = parse(&both_chunks).pipeline().err().unwrap().to_string();
+    assert!(e.contains("chunk_size and chunk_tokens exclude each other"), "{e}");
     let algo = spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"tightest\"\nseq_len = 512\n");
     let e = parse(&algo).pipeline().err().unwrap().to_string();
     assert!(e.contains("tightest") && e.contains("best_fit"), "{e}");
