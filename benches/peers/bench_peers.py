@@ -3,13 +3,20 @@
 
 Normally started by ``run.sh`` (which prepares the venv, the test data and the
 Rust binary). Runs the systems one after another, never concurrently, on the
-same corpora and settings, then writes ``results/latest.json`` and
-``results/latest.md`` and prints the table. See README.md for what is measured.
+same corpora, tokenizer and settings, then writes ``results/latest.json`` and
+``results/latest.md``, prints the table and, last, the ratios ours / peer.
+
+The inputs default to the test data's corpora A and B and its GPT-2
+tokenizer.json; --tokenizer, --corpus-a, --corpus-b (a .jsonl file or a folder
+of them), --text-field, --eos and --pad-id pick others. What depends on the
+inputs (EOS id, token counts and the peers' document weights) is derived from
+them. See README.md for what is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import glob
 import hashlib
@@ -21,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -30,8 +37,6 @@ try:
     import psutil
 except Exception:  # pragma: no cover - the venv has it
     psutil = None
-
-EOT = "<|endoftext|>"
 
 # Everything both sides must agree on. run.sh --quick only changes steps.
 SETTINGS: dict[str, Any] = {
@@ -186,54 +191,192 @@ def measured_run(a, cmd: list[str], log_path: str, env: dict[str, str], outputs:
     return run
 
 
-# ------------------------------------------------------------------ corpus stats
+# ------------------------------------------------------------------ inputs
 
-def corpus_files(root: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(root, "*.jsonl")))
+# Special tokens that end a document in common tokenizer families, looked up in this order among
+# a tokenizer's special tokens: GPT-2 / GPT-4o / Qwen, Llama 3, Llama 2 / Mistral, DeepSeek,
+# Gemma, ChatML.
+EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<｜end▁of▁sentence｜>", "<eos>", "<|im_end|>")
+# Shard formats our CLI also reads from a folder; the peers read *.jsonl only.
+OTHER_SHARD_SUFFIXES = (".jsonl.gz", ".jsonl.zst", ".parquet", ".tar")
+STATS_CACHE = os.path.join(os.path.expanduser("~/.cache/zephon-peers"), "token_stats")
+STATS_VERSION = 2  # bump when what corpus_stats counts changes
 
 
-def token_stats(corpora: dict[str, str], tokenizer: str, cache_path: str) -> dict[str, Any]:
-    """Exact docs / GPT-2 tokens (+1 EOS per doc) per corpus; cached by file identity."""
-    key_src = [tokenizer, os.path.getsize(tokenizer), int(os.path.getmtime(tokenizer))]
-    for name, root in sorted(corpora.items()):
-        for f in corpus_files(root):
-            key_src += [f, os.path.getsize(f), int(os.path.getmtime(f))]
-    key = hashlib.sha256(json.dumps(key_src).encode()).hexdigest()[:16]
+class InputError(Exception):
+    """A problem with the tokenizer, the corpora or --eos/--pad-id: one line, no traceback."""
+
+
+@dataclasses.dataclass
+class Inputs:
+    """What every system reads, resolved from the command line (or the test data defaults)."""
+    tokenizer: str
+    tokenizer_sha256: str
+    eos: str
+    eos_id: int
+    eos_source: str
+    pad_id: int
+    text_field: str
+    corpora: dict[str, dict[str, Any]]  # "a"/"b" -> path, files, bytes, docs, tokens, ...
+
+
+def input_paths(a) -> dict[str, str]:
+    """--corpus-a/--corpus-b/--tokenizer as absolute paths; the test data's A, B and GPT-2 for
+    those not given."""
+    defaults = {"a": os.path.join(a.data, "corpora", "a", "jsonl"),
+                "b": os.path.join(a.data, "corpora", "b", "jsonl"),
+                "tokenizer": os.path.join(a.data, "tokenizers", "gpt2", "tokenizer.json")}
+    given = {"a": a.corpus_a, "b": a.corpus_b, "tokenizer": a.tokenizer}
+    for key, path in given.items():
+        if path is None and not os.path.exists(defaults[key]):
+            flag = "--tokenizer" if key == "tokenizer" else f"--corpus-{key}"
+            raise InputError(f"missing {defaults[key]} (the default for {flag}): run scripts/fetch-testdata.sh "
+                             f"or give {flag}")
+    return {key: os.path.abspath(path or defaults[key]) for key, path in given.items()}
+
+
+def corpus_files(name: str, path: str) -> list[str]:
+    """The *.jsonl shards of corpus ``name`` (one file or a folder of them); a folder that also
+    holds shards of another format is refused: our CLI would read them, the peers would not."""
+    from peer_common import jsonl_files  # not at the top: peer_common sets the peers' env vars
     try:
-        with open(cache_path) as fh:
-            cached = json.load(fh)
-        if cached.get("key") == key:
-            return cached
+        files = jsonl_files(path)
+    except ValueError as e:
+        raise InputError(f"corpus {name}: {e}") from None
+    if os.path.isdir(path):
+        others = sorted(f for f in os.listdir(path) if f.endswith(OTHER_SHARD_SUFFIXES) and not f.startswith("."))
+        if others:
+            raise InputError(f"corpus {name}: {path} also holds shards of other formats ({', '.join(others[:3])}"
+                             f"{', ...' if len(others) > 3 else ''}): our CLI would read them, the peers read "
+                             "*.jsonl only; give a folder of *.jsonl files only")
+    return files
+
+
+def load_tokenizer(path: str) -> Any:
+    import tokenizers
+    if not os.path.isfile(path):
+        raise InputError(f"tokenizer: {path}: no such file")
+    try:
+        return tokenizers.Tokenizer.from_file(path)
+    except Exception as e:  # the library raises a bare Exception for a bad file
+        raise InputError(f"tokenizer: {path}: not a tokenizer.json the `tokenizers` library can load ({e})") from None
+
+
+def resolve_eos(tok: Any, path: str, eos: str | None) -> tuple[str, int, str]:
+    """(token, id, where it came from): --eos, else the first of EOS_CANDIDATES among the
+    tokenizer's special tokens."""
+    if eos is not None:
+        tid = tok.token_to_id(eos)
+        if tid is None:
+            raise InputError(f"--eos {eos!r}: {path} has no such token")
+        return eos, tid, "--eos"
+    special = {t.content: i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    for cand in EOS_CANDIDATES:
+        if cand in special:
+            return cand, special[cand], "found among the tokenizer's special tokens"
+    shown = ", ".join(sorted(special)[:12]) or "none"
+    raise InputError(f"{path}: cannot tell its end-of-document token (none of {' '.join(EOS_CANDIDATES)} is among "
+                     f"its special tokens: {shown}); name it with --eos TOKEN")
+
+
+def resolve_pad_id(tok: Any, pad_id: int | None, eos_id: int) -> int:
+    if pad_id is None:
+        return eos_id
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if not 0 <= pad_id < vocab:
+        raise InputError(f"--pad-id {pad_id}: not an id of the tokenizer (0..{vocab - 1})")
+    return pad_id
+
+
+def read_texts(path: str, field: str) -> Iterator[str]:
+    """The ``field`` text of every non-blank row of a JSONL file; a bad row is an InputError
+    naming its line."""
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{path}:{lineno}: not valid JSON ({e})") from None
+            if not isinstance(row, dict) or field not in row:
+                has = ", ".join(map(repr, row)) if isinstance(row, dict) else f"a JSON {type(row).__name__}"
+                raise InputError(f"{path}:{lineno}: no field {field!r} (the row has {has or 'no fields'}); "
+                                 "name the text field with --text-field")
+            text = row[field]
+            if not isinstance(text, str):
+                raise InputError(f"{path}:{lineno}: field {field!r} holds a JSON {type(text).__name__}, not a string")
+            yield text
+
+
+def batches(items: Iterable[str], n: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for x in items:
+        batch.append(x)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def count_tokens(files: list[str], tok: Any, field: str) -> dict[str, Any]:
+    """Docs and tokens (no special tokens; +1 EOS per doc) of the files."""
+    docs = empty = toks = 0
+    for f in files:
+        for texts in batches(read_texts(f, field), 512):
+            docs += len(texts)
+            empty += texts.count("")
+            toks += sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
+    return {"docs": docs, "empty_docs": empty, "tokens": toks, "tokens_with_eos": toks + docs,
+            "mean_tokens_per_doc_with_eos": round((toks + docs) / max(1, docs), 3)}
+
+
+def file_identity(path: str) -> list[Any]:
+    st = os.stat(path)
+    return [os.path.realpath(path), st.st_size, st.st_mtime_ns]
+
+
+def corpus_stats(name: str, files: list[str], tok: Any, tokenizer_sha256: str, field: str) -> dict[str, Any]:
+    """count_tokens of one corpus, cached under a key of the files (real paths, sizes, mtimes),
+    the tokenizer's sha256 and the text field: never reused for other input."""
+    ident = [file_identity(f) for f in files]
+    key = hashlib.sha256(json.dumps({"version": STATS_VERSION, "tokenizer_sha256": tokenizer_sha256,
+                                     "text_field": field, "files": ident}).encode()).hexdigest()[:24]
+    cache = os.path.join(STATS_CACHE, key + ".json")
+    try:
+        with open(cache) as fh:
+            return json.load(fh)
     except (OSError, ValueError):
         pass
-    log("counting tokens per corpus once (cached afterwards) ...")
-    import tokenizers
-    tok = tokenizers.Tokenizer.from_file(tokenizer)
-    out: dict[str, Any] = {"key": key, "corpora": {}}
-    for name, root in sorted(corpora.items()):
-        docs = toks = 0
-        for f in corpus_files(root):
-            texts: list[str] = []
-            with open(f, "rb") as fh:
-                for line in fh:
-                    if line.strip():
-                        texts.append(json.loads(line)["text"])
-            for i in range(0, len(texts), 512):
-                enc = tok.encode_batch(texts[i:i + 512], add_special_tokens=False)
-                toks += sum(len(e.ids) for e in enc)
-            docs += len(texts)
-        out["corpora"][name] = {"docs": docs, "tokens": toks, "tokens_with_eos": toks + docs,
-                                "mean_tokens_per_doc_with_eos": round((toks + docs) / max(1, docs), 3)}
-    os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-    with open(cache_path, "w") as fh:
-        json.dump(out, fh, indent=2)
-    return out
+    log(f"corpus {name}: counting its tokens once (cached in {cache}) ...")
+    stats = {"key": key, "files": len(files), "bytes": sum(size for _, size, _ in ident),
+             **count_tokens(files, tok, field)}
+    if stats["docs"] == 0:
+        raise InputError(f"corpus {name}: no documents in {', '.join(files[:3])}")
+    os.makedirs(STATS_CACHE, exist_ok=True)
+    with open(cache + ".tmp", "w") as fh:
+        json.dump(stats, fh, indent=2)
+    os.replace(cache + ".tmp", cache)
+    return stats
 
 
-def mixture(stats: dict[str, Any], mix: str, token_share_a: float) -> dict[str, Any]:
+def resolve_inputs(a, paths: dict[str, str]) -> Inputs:
+    tok = load_tokenizer(paths["tokenizer"])
+    sha = sha256_file(paths["tokenizer"])
+    eos, eos_id, eos_source = resolve_eos(tok, paths["tokenizer"], a.eos)
+    pad_id = resolve_pad_id(tok, a.pad_id, eos_id)
+    files = {name: corpus_files(name, paths[name]) for name in ("a", "b")}  # both checked before counting
+    corpora = {name: {"path": paths[name], **corpus_stats(name, files[name], tok, sha, a.text_field)}
+               for name in ("a", "b")}
+    return Inputs(tokenizer=paths["tokenizer"], tokenizer_sha256=sha, eos=eos, eos_id=eos_id,
+                  eos_source=eos_source, pad_id=pad_id, text_field=a.text_field, corpora=corpora)
+
+
+def mixture(corpora: dict[str, Any], mix: str, token_share_a: float) -> dict[str, Any]:
     """Doc weights for the peers and token shares for ours that describe the same mixture."""
-    ma = stats["corpora"]["a"]["mean_tokens_per_doc_with_eos"]
-    mb = stats["corpora"]["b"]["mean_tokens_per_doc_with_eos"]
+    ma = corpora["a"]["mean_tokens_per_doc_with_eos"]
+    mb = corpora["b"]["mean_tokens_per_doc_with_eos"]
     if mix == "tokens":
         ta = token_share_a
         wa = (ta / ma) / (ta / ma + (1 - ta) / mb)
@@ -248,26 +391,27 @@ def mixture(stats: dict[str, Any], mix: str, token_share_a: float) -> dict[str, 
 
 # ------------------------------------------------------------------ our zephon
 
-SPEC_TEMPLATE = """seed = {seed}
+SPEC_HEAD = """seed = {seed}
 lanes = {lanes}
 rows_per_step = {rows_per_step}        # global batch in rows of seq_len tokens
 
-[[dataset]]
-name = "a"
-path = "{path_a}"
-share = {share_a}               # token share
-[[dataset]]
-name = "b"
-path = "{path_b}"
-share = {share_b}
+"""
 
+SPEC_DATASET = """[[dataset]]
+name = "{name}"
+path = {path}
+share = {share}               # token share
+text_field = {text_field}
+"""
+
+SPEC_TAIL = """
 [source]
 chunk_size = {chunk_size}
 exhaustion = "{exhaustion}"
 
 [tokenize]
-tokenizer = "{tokenizer}"
-eos = "{eos}"
+tokenizer = {tokenizer}
+eos = {eos}
 
 [pack]
 algorithm = "{packing}"        # or "first_fit" / "best_fit"
@@ -281,11 +425,33 @@ buffer = {shuffle_per_lane}               # rows, per lane
 threads = {workers}
 """
 
+
+def toml_str(s: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's, with non-ASCII kept as is)."""
+    return json.dumps(s, ensure_ascii=False)
+
+
+def ours_spec(packing: str, inputs: Inputs, mix: dict[str, Any]) -> str:
+    """The spec our CLI runs: the same inputs and SETTINGS the peers get."""
+    S = SETTINGS
+    parts = [SPEC_HEAD.format(seed=S["seed"], lanes=S["lanes"], rows_per_step=S["rows_per_step"])]
+    for name, c in inputs.corpora.items():
+        parts.append(SPEC_DATASET.format(name=name, path=toml_str(c["path"]), share=mix[f"ours_token_share_{name}"],
+                                         text_field=toml_str(inputs.text_field)))
+        if c["empty_docs"]:  # our reader calls them bad records; the peers keep them (EOS only)
+            parts.append("allow_empty = true\n")
+    parts.append(SPEC_TAIL.format(
+        chunk_size=S["chunk_size"], exhaustion=S["exhaustion"], tokenizer=toml_str(inputs.tokenizer),
+        eos=toml_str(inputs.eos), packing=packing, seq_len=S["seq_len"], pad_id=inputs.pad_id,
+        shuffle_per_lane=S["shuffle_rows_total"] // S["lanes"], workers=S["workers"]))
+    return "".join(parts)
+
+
 OURS_KEYS = ("tokens_per_s", "tokens_per_s_overall", "ttfb_s", "resume_ttfb_s", "checkpoint_bytes",
              "peak_rss_bytes", "steps", "tokens")
 
 
-def run_ours(a, paths, mix, env, raw_dir, tmp) -> dict[str, Any]:
+def run_ours(a, inputs: Inputs, mix, env, raw_dir, tmp) -> dict[str, Any]:
     res: dict[str, Any] = {"system": "zephon (ours)", "interface": "zephon bench (Rust CLI)"}
     if a.zephon_status:
         res["status"] = a.zephon_status
@@ -296,13 +462,7 @@ def run_ours(a, paths, mix, env, raw_dir, tmp) -> dict[str, Any]:
         res["detail"] = f"no executable at {binary}"
         return res
     S = SETTINGS
-    spec = SPEC_TEMPLATE.format(
-        seed=S["seed"], lanes=S["lanes"], rows_per_step=S["rows_per_step"],
-        path_a=paths["a"], path_b=paths["b"],
-        share_a=mix["ours_token_share_a"], share_b=mix["ours_token_share_b"],
-        chunk_size=S["chunk_size"], exhaustion=S["exhaustion"], tokenizer=paths["tokenizer"], eos=EOT,
-        packing=a.packing, seq_len=S["seq_len"], pad_id=a.pad_id,
-        shuffle_per_lane=S["shuffle_rows_total"] // S["lanes"], workers=S["workers"])
+    spec = ours_spec(a.packing, inputs, mix)
     spec_path = os.path.join(tmp, "spec.toml")
     with open(spec_path, "w") as fh:
         fh.write(spec)
@@ -378,7 +538,7 @@ def run_ours(a, paths, mix, env, raw_dir, tmp) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ peers
 
-def run_peer(name, a, paths, mix, env, raw_dir) -> dict[str, Any]:
+def run_peer(name, a, inputs: Inputs, mix, env, raw_dir) -> dict[str, Any]:
     S = SETTINGS
     label = {"zephon": "Zephon 0.2.0 (PyPI)", "grain": "Grain"}[name]
     res: dict[str, Any] = {"system": label, "runs": {}}
@@ -387,7 +547,9 @@ def run_peer(name, a, paths, mix, env, raw_dir) -> dict[str, Any]:
         for p in glob.glob(out_json + "*"):
             os.remove(p)
         cmd = [a.python, os.path.join(HERE, f"peer_{name}.py"),
-               "--corpus-a", paths["a"], "--corpus-b", paths["b"], "--tokenizer", paths["tokenizer"],
+               "--corpus-a", inputs.corpora["a"]["path"], "--corpus-b", inputs.corpora["b"]["path"],
+               "--tokenizer", inputs.tokenizer, f"--text-field={inputs.text_field}", f"--eos={inputs.eos}",
+               "--pad-id", str(inputs.pad_id),
                "--weight-a", str(mix["peer_doc_weight_a"]),
                "--seq-len", str(S["seq_len"]), "--batch-size", str(S["rows_per_step"]),
                "--steps", str(a.steps), "--ckpt-step", str(a.ckpt_step),
@@ -524,6 +686,51 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def short_path(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if path.startswith(home + os.sep) else path
+
+
+def inputs_lines(i: dict[str, Any]) -> list[str]:
+    """The report's list of what every system read."""
+    lines = ["Inputs (the same for every system):", "",
+             f"* tokenizer `{short_path(i['tokenizer'])}` (sha256 {i['tokenizer_sha256'][:12]}); EOS "
+             f"`{i['eos']}` = {i['eos_id']} ({i['eos_source']}), appended to every document; pad id "
+             f"{i['pad_id']}; text field `{i['text_field']}`"]
+    for name, c in i["corpora"].items():
+        empty = f", {c['empty_docs']:,} of them empty" if c["empty_docs"] else ""
+        lines.append(f"* corpus {name.upper()}: `{short_path(c['path'])}` ({c['files']} file"
+                     f"{'s' if c['files'] != 1 else ''}, {c['docs']:,} rows{empty}, {fmt_bytes(c['bytes'])}; "
+                     f"{c['tokens_with_eos'] / 1e6:.2f} M tokens with EOS, "
+                     f"{c['mean_tokens_per_doc_with_eos']:.1f} per document)")
+    return lines
+
+
+def ok_summary(r: dict[str, Any] | None) -> dict[str, Any] | None:
+    return r["summary"] if r and r.get("status") == "ok" and r.get("summary") else None
+
+
+def ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Ours / each peer, steady and overall tokens/s (peers that did not run are left out)."""
+    ours = ok_summary(results.get("zephon"))
+    out: dict[str, dict[str, float | None]] = {}
+    for key in ("zephon-0.2.0", "grain"):
+        peer = ok_summary(results.get(key))
+        if ours and peer:
+            out[results[key]["system"]] = {
+                m: round(ours[m] / peer[m], 2) if ours.get(m) and peer.get(m) else None
+                for m in ("tokens_per_s", "tokens_per_s_overall")}
+    return out
+
+
+def ratio_line(r: dict[str, dict[str, float | None]]) -> str:
+    if not r:
+        return "Ratios: none (ours or every peer did not run)."
+    x = lambda v: "–" if v is None else f"{v:.1f}x"  # noqa: E731
+    return "Ratios, ours / peer (tokens/s): " + "; ".join(
+        f"{system} {x(v['tokens_per_s'])} steady, {x(v['tokens_per_s_overall'])} overall" for system, v in r.items())
+
+
 def render_md(doc: dict[str, Any]) -> str:
     S, m, mach = doc["settings"], doc["mixture"], doc["machine"]
     res = doc["results"]
@@ -532,7 +739,9 @@ def render_md(doc: dict[str, Any]) -> str:
                  f"{(mach.get('mem_total_bytes') or 0) / 2**30:.0f} GiB RAM, Linux {mach['kernel']}, "
                  f"Python {mach['python']}. Versions: {doc.get('versions_line', '')}.")
     lines.append("")
-    lines.append(f"Settings: corpora A+B (JSONL), GPT-2 tokenizer.json, EOS per doc, "
+    lines += inputs_lines(doc["inputs"])
+    lines.append("")
+    lines.append(f"Settings: EOS per doc, "
                  f"mix {m['mode']} ({'50/50 tokens' if m['mode'] == 'tokens' else '50/50 documents'}: peers sample "
                  f"docs with weight A={m['peer_doc_weight_a']:.4f}, ours plans token share "
                  f"A={m['ours_token_share_a']:.4f}), pack `{S['packing']}` to {S['seq_len']}, shuffle "
@@ -544,6 +753,8 @@ def render_md(doc: dict[str, Any]) -> str:
     hdr = ["system", "config", "tokens/s (steady)", "tokens/s (overall)", "TTFB (pipeline / from process start)",
            "resume TTFB", "checkpoint", "peak RSS (tree)", "resume identical"]
     lines.append(md_table(hdr, table_rows(res)))
+    lines.append("")
+    lines.append(ratio_line(doc["ratios"]))
     lines.append("")
     runs = all_runs_rows(res)
     if runs:
@@ -583,9 +794,10 @@ def render_md(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def carry_over(results: dict[str, Any], a, prev_path: str, mix: dict[str, Any]) -> None:
+def carry_over(results: dict[str, Any], a, prev_path: str, mix: dict[str, Any], inputs: dict[str, Any]) -> None:
     """Keep the systems this run skipped (--zephon-only / --peers-only) from the previous
-    latest.json, if that run used the same settings, so the table stays side by side."""
+    latest.json, if that run used the same settings and inputs (files, tokenizer, EOS, pad id,
+    text field), so the table stays side by side."""
     try:
         with open(prev_path) as fh:
             prev = json.load(fh)
@@ -596,10 +808,7 @@ def carry_over(results: dict[str, Any], a, prev_path: str, mix: dict[str, Any]) 
             and prev.get("settings", {}).get("packing") == a.packing
             and all(prev.get("settings", {}).get(k) == SETTINGS[k] for k in
                     ("seed", "seq_len", "rows_per_step", "lanes", "shuffle_rows_total", "chunk_size", "workers"))
-            and prev.get("settings", {}).get("paths") == {"a": os.path.join(a.data, "corpora", "a", "jsonl"),
-                                                         "b": os.path.join(a.data, "corpora", "b", "jsonl"),
-                                                         "tokenizer": os.path.join(a.data, "tokenizers", "gpt2",
-                                                                                   "tokenizer.json")})
+            and prev.get("inputs") == inputs)
     if not same:
         return
     for key, r in prev.get("results", {}).items():
@@ -613,7 +822,7 @@ def carry_over(results: dict[str, Any], a, prev_path: str, mix: dict[str, Any]) 
 
 # ------------------------------------------------------------------ main
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help=f"{SETTINGS['steps_quick']} steps instead of "
                     f"{SETTINGS['steps_full']}")
@@ -629,7 +838,17 @@ def main() -> None:
     ap.add_argument("--worker-kinds", default="thread,process",
                     help="peer worker kinds to try (comma list of thread, process); the faster is reported")
     ap.add_argument("--peers", default="zephon,grain", help="which peers (comma list)")
-    ap.add_argument("--data", default=os.environ.get("ZEPHON_TESTDATA") or os.path.join(
+    ins = ap.add_argument_group("inputs", "what every system reads (default: the test data's corpora A and B "
+                                "and the GPT-2 tokenizer.json under --data)")
+    ins.add_argument("--tokenizer", default=None, help="an HF tokenizer.json")
+    ins.add_argument("--corpus-a", default=None, help="corpus A: a .jsonl file or a folder of *.jsonl shards")
+    ins.add_argument("--corpus-b", default=None, help="corpus B: a .jsonl file or a folder of *.jsonl shards")
+    ins.add_argument("--text-field", default="text", help="the JSONL field holding the text (default: text)")
+    ins.add_argument("--eos", default=None,
+                     help="token appended to every document (default: the first of " + " ".join(EOS_CANDIDATES)
+                          + " among the tokenizer's special tokens)")
+    ins.add_argument("--pad-id", type=int, default=None, help="padding id (default: the EOS id)")
+    ins.add_argument("--data", default=os.environ.get("ZEPHON_TESTDATA") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "zephon-testdata"),
         help="test data root (as scripts/fetch-testdata.sh: $ZEPHON_TESTDATA or $XDG_CACHE_HOME/zephon-testdata)")
     ap.add_argument("--zephon-bin", default=os.path.join(REPO, "target", "release", "zephon"))
@@ -643,35 +862,16 @@ def main() -> None:
                          "--busy-threshold cores during it")
     ap.add_argument("--busy-threshold", type=float, default=0.3, help="cores (see --busy-retries)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
-    ap.add_argument("--pad-id", type=int, default=50256)
     a = ap.parse_args()
     a.steps = a.steps or (SETTINGS["steps_quick"] if a.quick else SETTINGS["steps_full"])
     if not 0 < a.ckpt_step < a.steps:
         ap.error("--ckpt-step must be in (0, steps)")
     a.worker_kinds = [k for k in a.worker_kinds.split(",") if k]
-    peers = [] if a.zephon_only else [p for p in a.peers.split(",") if p]
+    return a
 
-    paths = {"a": os.path.join(a.data, "corpora", "a", "jsonl"),
-             "b": os.path.join(a.data, "corpora", "b", "jsonl"),
-             "tokenizer": os.path.join(a.data, "tokenizers", "gpt2", "tokenizer.json")}
-    for k in ("a", "b"):
-        if not corpus_files(paths[k]):
-            sys.exit(f"no *.jsonl under {paths[k]}; run scripts/fetch-testdata.sh")
-    if not os.path.isfile(paths["tokenizer"]):
-        sys.exit(f"missing {paths['tokenizer']}; run scripts/fetch-testdata.sh")
 
-    raw_dir = os.path.join(a.out_dir, "raw")
-    os.makedirs(raw_dir, exist_ok=True)
-    env = dict(os.environ)
-    # Parallelism comes from each loader's own workers only.
-    env.update({"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-                "OMP_NUM_THREADS": "1"})
-
-    stats = token_stats({"a": paths["a"], "b": paths["b"]}, paths["tokenizer"],
-                        os.path.join(os.path.expanduser("~/.cache/zephon-peers"), "token_stats.json"))
-    mix = mixture(stats, a.mix, SETTINGS["token_share_a"])
-    log(f"mixture: {json.dumps(mix)}")
-
+def system_versions(python: str, env: dict[str, str]) -> dict[str, str]:
+    """Our git revision and the peer venv's library versions (those that can be found)."""
     versions = {}
     try:
         rev = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture_output=True,
@@ -680,29 +880,57 @@ def main() -> None:
             versions["ours"] = f"git {rev}"
     except OSError:
         pass
-    if True:
-        try:
-            v = subprocess.run([a.python, "-c", "import json, zephon, grain, tokenizers, transformers, numpy; "
-                                "print(json.dumps({'zephon': zephon.__version__, 'grain': grain.__version__, "
-                                "'tokenizers': tokenizers.__version__, 'transformers': transformers.__version__, "
-                                "'numpy': numpy.__version__}))"], capture_output=True, text=True, env=env)
-            versions.update(json.loads(v.stdout.strip().splitlines()[-1]))
-        except Exception:
-            pass
+    try:
+        v = subprocess.run([python, "-c", "import json, zephon, grain, tokenizers, transformers, numpy; "
+                            "print(json.dumps({'zephon': zephon.__version__, 'grain': grain.__version__, "
+                            "'tokenizers': tokenizers.__version__, 'transformers': transformers.__version__, "
+                            "'numpy': numpy.__version__}))"], capture_output=True, text=True, env=env)
+        versions.update(json.loads(v.stdout.strip().splitlines()[-1]))
+    except Exception:
+        pass
+    return versions
 
+
+def run_all(a, inputs: Inputs, mix, env, raw_dir, versions) -> dict[str, Any]:
+    """Ours, then each peer, one after another."""
+    peers = [] if a.zephon_only else [p for p in a.peers.split(",") if p]
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="zephon-bench-") as tmp:
         if not a.peers_only:
-            results["zephon"] = run_ours(a, paths, mix, env, raw_dir, tmp)
+            results["zephon"] = run_ours(a, inputs, mix, env, raw_dir, tmp)
             log(f"zephon (ours): {results['zephon'].get('status')}")
         if "zephon" in peers:
-            results["zephon-0.2.0"] = run_peer("zephon", a, paths, mix, env, raw_dir)
+            results["zephon-0.2.0"] = run_peer("zephon", a, inputs, mix, env, raw_dir)
             results["zephon-0.2.0"]["system"] = f"Zephon {versions.get('zephon', '0.2.0')} (PyPI)"
         if "grain" in peers:
-            results["grain"] = run_peer("grain", a, paths, mix, env, raw_dir)
+            results["grain"] = run_peer("grain", a, inputs, mix, env, raw_dir)
             results["grain"]["system"] = f"Grain {versions.get('grain', '')}".strip()
+    return results
 
-    carry_over(results, a, os.path.join(a.out_dir, "latest.json"), mix)
+
+def main() -> None:
+    a = parse_args()
+    try:
+        paths = input_paths(a)
+        inputs = resolve_inputs(a, paths)
+    except InputError as e:
+        sys.exit(f"bench_peers.py: {e}")
+    log(f"tokenizer {inputs.tokenizer}, EOS {inputs.eos!r} = {inputs.eos_id}, pad id {inputs.pad_id}, "
+        f"text field {inputs.text_field!r}; corpora A {inputs.corpora['a']['path']}, B {inputs.corpora['b']['path']}")
+
+    raw_dir = os.path.join(a.out_dir, "raw")
+    os.makedirs(raw_dir, exist_ok=True)
+    env = dict(os.environ)
+    # Parallelism comes from each loader's own workers only.
+    env.update({"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                "OMP_NUM_THREADS": "1"})
+
+    mix = mixture(inputs.corpora, a.mix, SETTINGS["token_share_a"])
+    log(f"mixture: {json.dumps(mix)}")
+    versions = system_versions(a.python, env)
+    results = run_all(a, inputs, mix, env, raw_dir, versions)
+    inputs_doc = dataclasses.asdict(inputs)
+    carry_over(results, a, os.path.join(a.out_dir, "latest.json"), mix, inputs_doc)
     doc = {
         "generated_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "mode": "quick" if a.quick else ("full" if a.steps == SETTINGS["steps_full"] else "custom"),
@@ -710,8 +938,9 @@ def main() -> None:
         "machine": machine_info(), "versions": versions,
         "versions_line": ", ".join(f"{k} {v}" for k, v in versions.items()),
         "settings": {**SETTINGS, "packing": a.packing, "worker_kinds_tried": a.worker_kinds,
-                     "tokenizer_sha256": sha256_file(paths["tokenizer"]), "paths": paths},
-        "corpus_stats": stats["corpora"], "mixture": mix, "results": results,
+                     "tokenizer_sha256": inputs.tokenizer_sha256, "paths": paths},
+        "inputs": inputs_doc, "corpus_stats": inputs.corpora, "mixture": mix, "results": results,
+        "ratios": ratios(results),
     }
     md = render_md(doc)
     stem = "latest"
@@ -721,6 +950,7 @@ def main() -> None:
         fh.write(md)
     print(md)
     log(f"wrote {os.path.join(a.out_dir, stem + '.json')} and .md")
+    print(ratio_line(doc["ratios"]))
 
 
 if __name__ == "__main__":

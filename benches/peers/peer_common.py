@@ -32,6 +32,7 @@ peer uses worker processes; it double-counts shared pages).
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -62,12 +63,38 @@ def proc_start_epoch() -> float:
     return time.time()
 
 
+def jsonl_files(path: str) -> list[str]:
+    """The shards of a corpus: ``path`` itself (a .jsonl file) or a folder's ``*.jsonl``, sorted
+    (hidden files left out, as every system here does). ValueError when there are none."""
+    if os.path.isdir(path):
+        files = sorted(glob.glob(os.path.join(path, "*.jsonl")))
+        if not files:
+            raise ValueError(f"{path}: no *.jsonl files in this folder")
+        return files
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no such file or folder")
+    if not path.endswith(".jsonl"):
+        raise ValueError(f"{path}: not a .jsonl file (give a .jsonl file or a folder of them)")
+    return [path]
+
+
+def token_id(tokenizer: Any, token: str) -> int:
+    """The id of ``token`` in a ``tokenizers.Tokenizer``, or SystemExit naming it."""
+    tid = tokenizer.token_to_id(token)
+    if tid is None:
+        raise SystemExit(f"the tokenizer has no token {token!r} (--eos)")
+    return int(tid)
+
+
 def common_args(ap: argparse.ArgumentParser) -> None:
     """Arguments of the text peers (peer_zephon.py, peer_grain.py)."""
-    ap.add_argument("--corpus-a", required=True, help="dir of *.jsonl (short docs)")
-    ap.add_argument("--corpus-b", required=True, help="dir of *.jsonl (long docs)")
+    ap.add_argument("--corpus-a", required=True, help="a .jsonl file or a folder of *.jsonl (short docs)")
+    ap.add_argument("--corpus-b", required=True, help="a .jsonl file or a folder of *.jsonl (long docs)")
     ap.add_argument("--weight-a", type=float, default=0.5)
     ap.add_argument("--tokenizer", required=True, help="path to HF tokenizer.json")
+    ap.add_argument("--text-field", default="text", help="JSONL field holding the document text")
+    ap.add_argument("--eos", default="<|endoftext|>", help="token appended to every document")
+    ap.add_argument("--pad-id", type=int, default=None, help="padding id for first_fit (default: the EOS id)")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--batch-size", type=int, default=16,
                     help="global batch: rows of --seq-len tokens per step")

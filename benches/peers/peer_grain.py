@@ -2,13 +2,14 @@
 """Peer harness: Google Grain (PyPI ``grain``), public API only.
 
 Pipeline (kept as close as possible to peer_zephon.py):
-    A, B = MapDataset.source(JsonlLineSource(dir)).shuffle(seed).repeat()   # per dataset
+    A, B = MapDataset.source(JsonlLineSource(dir or file)).shuffle(seed).repeat()   # per dataset
     mixed = MapDataset.mix([A, B], weights=[w, 1-w])
-    toks  = mixed.map(Tokenize(tokenizer.json))      # json.loads + Tokenizer.encode + EOS
+    toks  = mixed.map(Tokenize(tokenizer.json, --eos, --text-field))   # json.loads + encode + EOS
     it    = toks.to_iter_dataset(ReadOptions(num_threads=T, prefetch_buffer_size=...))
     packed = experimental.ConcatThenSplitIterDataset(it, length_struct={"input_ids": S})     # wrap
            | experimental.FirstFitPackIterDataset(FlatMapIterDataset(it, SplitLong(S)),
-                 length_struct={"input_ids": S}, num_packing_bins=K, shuffle_bins=False)   # first_fit
+                 length_struct={"input_ids": S}, num_packing_bins=K, shuffle_bins=False,
+                 padding_struct={"input_ids": --pad-id})                                   # first_fit
     shuffled = experimental.WindowShuffleIterDataset(packed, window_size=W / num_procs, seed)
     batched  = shuffled.batch(B, drop_remainder=True)
     [batched = batched.mp_prefetch(MultiprocessingOptions(num_workers=N))]   # --worker-kind process
@@ -39,15 +40,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_common  # noqa: E402  (records process start before heavy imports)
 
 import bisect  # noqa: E402
-import glob  # noqa: E402
 import json  # noqa: E402
 
 import grain  # noqa: E402
 import numpy as np  # noqa: E402
 import tokenizers  # noqa: E402
 from grain import experimental as gx  # noqa: E402
-
-EOT = "<|endoftext|>"
 
 
 def extra_args(ap) -> None:
@@ -68,15 +66,13 @@ def versions() -> dict:
 
 
 class JsonlLineSource:
-    """RandomAccessDataSource over every non-blank line of dir/*.jsonl (sorted).
+    """RandomAccessDataSource over every non-blank line of a .jsonl file or of dir/*.jsonl (sorted).
 
     Pickles as (paths, offsets) and reopens files lazily in each process.
     """
 
     def __init__(self, root: str) -> None:
-        self.paths = sorted(glob.glob(os.path.join(root, "*.jsonl")))
-        if not self.paths:
-            raise ValueError(f"no *.jsonl under {root}")
+        self.paths = peer_common.jsonl_files(root)
         self.starts: list[np.ndarray] = []
         self.ends: list[np.ndarray] = []
         for p in self.paths:
@@ -114,28 +110,28 @@ class JsonlLineSource:
 
 
 class Tokenize(grain.transforms.Map):
-    """bytes(JSON row) -> {"input_ids": int32[n]} with EOS appended."""
+    """bytes(JSON row) -> {"input_ids": int32[n]}: the text of ``field``, tokenized, EOS appended."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, eos: str, field: str) -> None:
+        self.path, self.eos, self.field = path, eos, field
         self._tok = None
         self._eos = None
 
     def _ensure(self):
         if self._tok is None:
             self._tok = tokenizers.Tokenizer.from_file(self.path)
-            self._eos = self._tok.token_to_id(EOT)
+            self._eos = peer_common.token_id(self._tok, self.eos)
         return self._tok
 
     def map(self, raw: bytes):
         tok = self._ensure()
-        text = json.loads(raw)["text"]
+        text = json.loads(raw)[self.field]
         ids = tok.encode(text, add_special_tokens=False).ids
         ids.append(self._eos)
         return {"input_ids": np.asarray(ids, dtype=np.int32)}
 
     def __getstate__(self):
-        return {"path": self.path, "_tok": None, "_eos": None}
+        return {"path": self.path, "eos": self.eos, "field": self.field, "_tok": None, "_eos": None}
 
 
 class SplitLong(grain.experimental.FlatMapTransform):
@@ -191,7 +187,7 @@ def build(args, state):
     src_a = grain.MapDataset.source(JsonlLineSource(args.corpus_a)).shuffle(seed=args.seed).repeat()
     src_b = grain.MapDataset.source(JsonlLineSource(args.corpus_b)).shuffle(seed=args.seed + 1).repeat()
     mixed = grain.MapDataset.mix([src_a, src_b], weights=[wa, 1 - wa])
-    toks = mixed.map(Tokenize(args.tokenizer))
+    toks = mixed.map(Tokenize(args.tokenizer, args.eos, args.text_field))
 
     procs = args.workers if (args.workers > 0 and args.worker_kind == "process") else 0
     threads = args.grain_read_threads
@@ -204,8 +200,12 @@ def build(args, state):
         packed = gx.ConcatThenSplitIterDataset(it, length_struct={"input_ids": S})
     else:
         pieces = gx.FlatMapIterDataset(it, SplitLong(S))
+        pad_id = args.pad_id  # the driver always passes it; alone, default to the EOS id
+        if pad_id is None:
+            pad_id = peer_common.token_id(tokenizers.Tokenizer.from_file(args.tokenizer), args.eos)
         packed = gx.FirstFitPackIterDataset(pieces, length_struct={"input_ids": S},
-                                            num_packing_bins=args.num_bins, shuffle_bins=False)
+                                            num_packing_bins=args.num_bins, shuffle_bins=False,
+                                            padding_struct={"input_ids": pad_id})
     # --shuffle-buffer is the total number of packed rows buffered; with
     # process workers every worker runs its own copy of the pipeline, so each
     # gets an equal share (same memory and fill work before the first batch).

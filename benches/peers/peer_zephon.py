@@ -2,16 +2,17 @@
 """Peer harness: reference Zephon (PyPI ``zephon==0.2.0``), public API only.
 
 Pipeline (kept as close as possible to peer_grain.py):
-    A, B = Dataset.from_path(dir, fmt="jsonl")                         # *.jsonl shards
+    A, B = Dataset.from_path(dir, fmt="jsonl")                         # *.jsonl shards (a single
+                                                                       # file: via a folder linking it)
     ws   = StaticMixtureWorkSource([A, B], MixtureSpec({a: w, b: 1-w}),
                                    seed, chunk_size, shuffle_shards=True,
                                    shuffle_within_shard=True, exhausted_policy="repeat")
     Pipeline(ws)
-      .tokenize(tokenizer=PreTrainedTokenizerFast(tokenizer.json), field="text",
+      .tokenize(tokenizer=PreTrainedTokenizerFast(tokenizer.json), field=--text-field,
                 special_tokens="eos", add_attention_mask=False
                 [, split_long_samples=True, max_length=S   # first_fit only])
       .pack_flat(S, algorithm="wrap")                         # --packing wrap
-      | .pack_flat(S, algorithm="first_fit", num_bins, pad_token_id=EOS)  # --packing first_fit
+      | .pack_flat(S, algorithm="first_fit", num_bins, pad_token_id=--pad-id)  # --packing first_fit
       .shuffle(buffer_size=--shuffle-buffer / L, seed, algorithm="block")   # per lane
       .batch(B / L)                                                         # per-lane microbatch
       .options(max_workers=N, worker_allocation="per_stage_fixed", runner=..., canonical_replicas=L)
@@ -29,7 +30,7 @@ Differences from peer_grain.py (all deliberate or unavoidable):
     (callable, bos/eos ids), so we wrap the same tokenizer.json in
     transformers.PreTrainedTokenizerFast (same Rust `tokenizers` backend).
     Grain calls tokenizers.Tokenizer.encode_batch directly in a batched map.
-    EOS (<|endoftext|>) is appended per document in both; no BOS.
+    EOS (--eos, e.g. <|endoftext|>) is appended per document in both; no BOS.
   * Newline normalisation: Zephon's decode_text() op is NOT used (it would
     normalise newlines; Grain does not), JSONL rows already hold str.
   * first_fit: Zephon's first_fit keeps num_bins open bins and flushes FIFO;
@@ -58,8 +59,10 @@ Differences from peer_grain.py (all deliberate or unavoidable):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,8 +76,6 @@ from transformers import PreTrainedTokenizerFast  # noqa: E402
 from zephon import Pipeline  # noqa: E402
 from zephon.io import Dataset  # noqa: E402
 from zephon.work import MixtureSpec, StaticMixtureWorkSource  # noqa: E402
-
-EOT = "<|endoftext|>"
 
 
 def extra_args(ap) -> None:
@@ -127,12 +128,37 @@ class _Handle:
             close()
 
 
-def build(args, state):
-    tok = PreTrainedTokenizerFast(tokenizer_file=args.tokenizer, bos_token=EOT, eos_token=EOT)
-    eos = int(tok.eos_token_id)
+def shard_dir(path: str) -> str:
+    """Zephon 0.2.0 reads folders only: serve a single .jsonl file through a folder holding a
+    link to it (named after the file's real path, so the restore child finds the same folder)."""
+    if os.path.isdir(path):
+        return path
+    (real,) = [os.path.realpath(f) for f in peer_common.jsonl_files(path)]
+    folder = os.path.join(tempfile.gettempdir(), "zephon-peer-shards",
+                          hashlib.sha256(real.encode()).hexdigest()[:16])
+    os.makedirs(folder, exist_ok=True)
+    link = os.path.join(folder, os.path.basename(real))
+    if not os.path.lexists(link):
+        os.symlink(real, link)
+    return folder
 
-    ds_a = Dataset.from_path("a", args.corpus_a, fmt="jsonl")
-    ds_b = Dataset.from_path("b", args.corpus_b, fmt="jsonl")
+
+def load_tokenizer(path: str, eos: str) -> PreTrainedTokenizerFast:
+    """The tokenizer with ``eos`` as its EOS (and BOS, unused). transformers would add a token it
+    does not know as a new one, so check first that the file has it."""
+    tok = PreTrainedTokenizerFast(tokenizer_file=path)
+    peer_common.token_id(tok.backend_tokenizer, eos)
+    tok.eos_token = tok.bos_token = eos
+    return tok
+
+
+def build(args, state):
+    tok = load_tokenizer(args.tokenizer, args.eos)
+    eos = int(tok.eos_token_id)
+    pad_id = eos if args.pad_id is None else args.pad_id
+
+    ds_a = Dataset.from_path("a", shard_dir(args.corpus_a), fmt="jsonl")
+    ds_b = Dataset.from_path("b", shard_dir(args.corpus_b), fmt="jsonl")
     wa = args.weight_a
     chunk = args.zephon_chunk_size or 16384
     # repeat-liveness: each dataset must hold at least ceil(w * chunk) + 1 samples
@@ -146,14 +172,14 @@ def build(args, state):
     )
     S = args.seq_len
     p = Pipeline(ws)
-    tok_kw = dict(tokenizer=tok, field="text", special_tokens="eos", add_attention_mask=False)
+    tok_kw = dict(tokenizer=tok, field=args.text_field, special_tokens="eos", add_attention_mask=False)
     if args.packing == "first_fit":
         tok_kw.update(split_long_samples=True, max_length=S)
     p = p.tokenize(**tok_kw)
     if args.packing == "wrap":
         p = p.pack_flat(S, algorithm="wrap", emit_positions=True)
     else:
-        p = p.pack_flat(S, algorithm="first_fit", num_bins=args.num_bins, pad_token_id=eos,
+        p = p.pack_flat(S, algorithm="first_fit", num_bins=args.num_bins, pad_token_id=pad_id,
                         emit_positions=True)
     L = args.lanes
     if args.batch_size % L or args.shuffle_buffer % L:
@@ -174,7 +200,7 @@ def build(args, state):
         print(p.explain(), file=sys.stderr)
     if state is not None:
         p.restore(state)
-    return _Handle(p, eos, L)
+    return _Handle(p, pad_id, L)
 
 
 if __name__ == "__main__":

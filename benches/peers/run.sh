@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: our zephon (Rust CLI) vs Zephon 0.2.0 (PyPI) vs Google Grain,
-# same corpora and settings, run one after another. See benches/peers/README.md.
+# same corpora, tokenizer and settings, run one after another. See benches/peers/README.md.
 #
-#   bash benches/peers/run.sh [--quick] [--zephon-only | --peers-only] [--no-build] [bench_peers.py options]
+#   bash benches/peers/run.sh [--quick] [--zephon-only | --peers-only] [--no-build]
+#        [--tokenizer FILE] [--corpus-a PATH] [--corpus-b PATH] [--text-field NAME]
+#        [--eos TOKEN] [--pad-id N] [--out-dir DIR] [bench_peers.py options]
 #
 #   --quick        30 steps instead of 200 (checkpoint still at step 20)
 #   --zephon-only  only our CLI          --peers-only  only Zephon 0.2.0 and Grain
 #   --no-build     do not run cargo; use target/release/zephon as it is (or $ZEPHON_BIN)
+#   Inputs (default: the test data's corpora A and B and the GPT-2 tokenizer.json):
+#   --tokenizer FILE   an HF tokenizer.json
+#   --corpus-a PATH    a .jsonl file or a folder of *.jsonl shards (also --corpus-b)
+#   --text-field NAME  the JSONL field holding the text (default: text)
+#   --eos TOKEN        appended to every document (default: <|endoftext|>, <|end_of_text|>, </s>,
+#                      ... whichever the tokenizer has as a special token; refused if none)
+#   --pad-id N         padding id (default: the EOS id)
+#   --out-dir DIR      where latest.{json,md} and raw/ go (default: benches/peers/results)
 #   other options go to bench_peers.py (e.g. --mix docs, --worker-kinds thread, --quiet-wait 0);
 #   see: .../venv/bin/python benches/peers/bench_peers.py --help
 #
-# Writes benches/peers/results/latest.{json,md} (raw logs and per-run JSON in results/raw/).
+# Token counts and the peers' document weights are computed for the given corpora and tokenizer
+# (cached in ~/.cache/zephon-peers/token_stats/ by file paths, sizes, mtimes and tokenizer sha256).
+# Writes results/latest.{json,md} (raw logs and per-run JSON in results/raw/) and prints, last,
+# the ratios ours / each peer. The test data is fetched unless all three inputs are given.
 # Environment: VENV (default ~/.cache/zephon-peers/venv), ZEPHON_TESTDATA, ZEPHON_BIN, CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -21,12 +34,14 @@ export VENV
 
 PEERS_ONLY=0 ZEPHON_ONLY=0 BUILD=1
 PASS=()
+declare -A INPUTS=()  # which of --tokenizer / --corpus-a / --corpus-b were given
 while [[ $# -gt 0 ]]; do
     case $1 in
         --peers-only) PEERS_ONLY=1; PASS+=("$1") ;;
         --zephon-only) ZEPHON_ONLY=1; PASS+=("$1") ;;
         --no-build) BUILD=0 ;;
-        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --tokenizer|--tokenizer=*|--corpus-a|--corpus-a=*|--corpus-b|--corpus-b=*) INPUTS[${1%%=*}]=1; PASS+=("$1") ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
         *) PASS+=("$1") ;;
     esac
     shift
@@ -42,8 +57,10 @@ log() { printf 'run.sh: %s\n' "$*" >&2; }
 bash "$HERE/setup_venv.sh"
 PY=$VENV/bin/python
 
-# 2. Test data (fast no-op when present and current).
-(cd "$REPO" && bash scripts/fetch-testdata.sh)
+# 2. Test data (fast no-op when present and current), unless every input is given.
+if [[ ${#INPUTS[@]} -lt 3 ]]; then
+    (cd "$REPO" && bash scripts/fetch-testdata.sh)
+fi
 
 # 3. Our CLI.
 mkdir -p "$HERE/results/raw"
