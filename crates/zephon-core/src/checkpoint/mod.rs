@@ -151,7 +151,7 @@ pub fn file_name(first: Lane, last: Lane) -> String {
 
 /// The most bytes a checkpoint body may inflate to: beyond it the file is refused as corrupt
 /// rather than allowed to exhaust memory.
-const MAX_INFLATED: usize = 1 << 32;
+const MAX_INFLATED: usize = 1 << 30;
 
 /// Writes one rank's lanes into `dir` atomically; returns the file's path.
 ///

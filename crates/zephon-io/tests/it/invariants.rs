@@ -71,6 +71,39 @@ proptest! {
     }
 }
 
+/// The pieces (token ranges) of each sample a whole run of `spec` delivers, on `lanes` lanes
+/// with 2 rows each a step: `before` steps at the first world size, a checkpoint, then the
+/// rest restored at the second.
+fn delivered(spec: &RunSpec, lanes: u32, (w1, w2): (u32, u32), before: u64) -> BTreeMap<SampleId, Vec<(u32, u32)>> {
+    let t = |w, r| Topology::new(lanes, lanes * 2, w, r).unwrap();
+    let mut coverage: BTreeMap<SampleId, Vec<(u32, u32)>> = BTreeMap::new();
+    let mut take = |steps: Vec<Option<LocalStep>>| {
+        for s in steps.iter().flatten() {
+            for row in s.rows() {
+                for f in row.lineage().fragments() {
+                    let p = f.positions().expect("rows hold token ranges");
+                    coverage.entry(f.sample).or_default().push((p.start(), p.end()));
+                }
+            }
+        }
+        steps.iter().any(|s| s.is_some())
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut first: Vec<Engine> =
+        (0..w1).map(|r| Engine::start(spec.clone(), t(w1, r), opts(2, 8, 2)).unwrap()).collect();
+    for _ in 0..before {
+        take(first.iter_mut().map(|e| e.next_step().unwrap()).collect());
+    }
+    first.iter().for_each(|e| {
+        e.checkpoint(tmp.path()).unwrap();
+    });
+    drop(first);
+    let mut second: Vec<Engine> =
+        (0..w2).map(|r| Engine::restore(spec.clone(), t(w2, r), opts(2, 8, 2), tmp.path()).unwrap()).collect();
+    while take(second.iter_mut().map(|e| e.next_step().unwrap()).collect()) {}
+    coverage
+}
+
 /// Over one pass of a JSONL + a Parquet shard mixed (until both are exhausted), every token of
 /// every row arrives exactly once, with a resume at another world size in the middle.
 #[test]
@@ -102,33 +135,7 @@ fn every_real_row_is_delivered_exactly_once() {
         metadata: Default::default(),
     };
     for (lanes, w1, w2) in [(1u32, 1u32, 1u32), (8, 2, 4), (64, 8, 1)] {
-        let t = |w, r| Topology::new(lanes, lanes * 2, w, r).unwrap();
-        let mut coverage: BTreeMap<SampleId, Vec<(u32, u32)>> = BTreeMap::new();
-        let mut take = |steps: Vec<Option<LocalStep>>| {
-            let any = steps.iter().any(|s| s.is_some());
-            for s in steps.iter().flatten() {
-                for row in s.rows() {
-                    for f in row.lineage().fragments() {
-                        let p = f.positions().expect("rows hold token ranges");
-                        coverage.entry(f.sample).or_default().push((p.start(), p.end()));
-                    }
-                }
-            }
-            any
-        };
-        let tmp = tempfile::tempdir().unwrap();
-        let mut first: Vec<Engine> =
-            (0..w1).map(|r| Engine::start(spec.clone(), t(w1, r), opts(2, 8, 2)).unwrap()).collect();
-        for _ in 0..20 {
-            take(first.iter_mut().map(|e| e.next_step().unwrap()).collect());
-        }
-        first.iter().for_each(|e| {
-            e.checkpoint(tmp.path()).unwrap();
-        });
-        drop(first);
-        let mut second: Vec<Engine> =
-            (0..w2).map(|r| Engine::restore(spec.clone(), t(w2, r), opts(2, 8, 2), tmp.path()).unwrap()).collect();
-        while take(second.iter_mut().map(|e| e.next_step().unwrap()).collect()) {}
+        let mut coverage = delivered(&spec, lanes, (w1, w2), 20);
         for d in 0..2 {
             for id in all_ids(&datasets, d) {
                 let text_len = datasets.read(&[id]).remove(0).unwrap().str("text").unwrap().len() as u32;
@@ -190,32 +197,7 @@ fn under_drop_an_epoch_delivers_pieces_at_most_once() {
             tail: Tail::Drop,
             metadata: Default::default(),
         };
-        let t = |w, r| Topology::new(8, 16, w, r).unwrap();
-        let mut coverage: BTreeMap<SampleId, Vec<(u32, u32)>> = BTreeMap::new();
-        let mut take = |steps: Vec<Option<LocalStep>>| {
-            for s in steps.iter().flatten() {
-                for row in s.rows() {
-                    for f in row.lineage().fragments() {
-                        let p = f.positions().expect("rows hold token ranges");
-                        coverage.entry(f.sample).or_default().push((p.start(), p.end()));
-                    }
-                }
-            }
-            steps.iter().any(|s| s.is_some())
-        };
-        let tmp = tempfile::tempdir().unwrap();
-        let mut first: Vec<Engine> =
-            (0..2).map(|r| Engine::start(spec.clone(), t(2, r), opts(2, 8, 2)).unwrap()).collect();
-        for _ in 0..50 {
-            take(first.iter_mut().map(|e| e.next_step().unwrap()).collect());
-        }
-        first.iter().for_each(|e| {
-            e.checkpoint(tmp.path()).unwrap();
-        });
-        drop(first);
-        let mut second: Vec<Engine> =
-            (0..4).map(|r| Engine::restore(spec.clone(), t(4, r), opts(2, 8, 2), tmp.path()).unwrap()).collect();
-        while take(second.iter_mut().map(|e| e.next_step().unwrap()).collect()) {}
+        let coverage = delivered(&spec, 8, (2, 4), 50);
         let mut delivered = 0u64;
         for (id, mut spans) in coverage {
             spans.sort();
