@@ -423,7 +423,7 @@ pub struct Loaded {
 /// Fails when a lane is missing, two files disagree about a lane, the files are at different
 /// steps, or any part of the fingerprint differs (the error names the parts; with `notes`,
 /// the run's shard listings, a changed dataset names its changed shards). `streams` are the
-/// run's, to decode lineage named by distance (see [`write`]).
+/// run's, to decode lineage named by distance (see [`write()`]).
 pub fn load(
     dir: &Path,
     fingerprint: &RunFingerprint,
