@@ -72,7 +72,7 @@ pub use buffer::Buffer;
 pub use checkpoint::{Cursor, LaneState, RunFingerprint, SkipTally, Skips, TailDropped};
 pub use digest::{Digest, Hasher};
 pub use encoding::{ENCODING_VERSION, encode_record};
-pub use engine::{BadRecords, Engine, ExecOptions, RunSpec, StageTime, Tail};
+pub use engine::{BadRecords, Engine, ExecOptions, Held, RunSpec, StageTime, Tail};
 pub use error::{Error, OpError, Result};
 pub use half;
 pub use hash_log::{HashLog, HashLogLine};

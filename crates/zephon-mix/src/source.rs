@@ -74,7 +74,7 @@ struct Phase {
 /// interleave; draw k of dataset d is row `k mod rows_d` of pass `k / rows_d` in that pass's
 /// order. Chunk g is positions `[g·C, (g+1)·C)`, or, with `chunk_tokens = T`, the positions
 /// from the first whose estimated tokens before it reach g·T up to the first reaching
-/// (g+1)·T (found by binary search over the closed-form draw counts, so still O(1) seeks).
+/// (g+1)·T (found by binary search over the closed-form draw counts: a seek costs O(log n)).
 /// Lane l's n-th chunk is chunk
 /// `n·L + π_n(l)`, where π_n is a seeded permutation of the lanes: each block of L chunks goes
 /// one to each lane, and any lane finds its n-th chunk in O(1), whatever L.

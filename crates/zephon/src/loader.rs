@@ -42,6 +42,13 @@ pub struct DatasetReport {
     /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
     #[serde(default)]
     pub tail_dropped_tokens: u64,
+    /// Pieces of this dataset's documents that lanes cut off at the end of the data held (in
+    /// their buffers, rows made ahead and the step not delivered), under `tail = "drop"`.
+    #[serde(default)]
+    pub cut_off_pieces: u64,
+    /// Their tokens.
+    #[serde(default)]
+    pub cut_off_tokens: u64,
 }
 
 impl DataReport {
@@ -83,12 +90,20 @@ impl DataReport {
         }
         if !self.lanes_cut_off.is_empty() {
             let lanes: Vec<String> = self.lanes_cut_off.iter().map(u32::to_string).collect();
+            let held: Vec<String> = self
+                .datasets
+                .iter()
+                .filter(|d| d.cut_off_pieces > 0)
+                .map(|d| format!("{} {} pieces, {} tokens", d.name, d.cut_off_pieces, d.cut_off_tokens))
+                .collect();
             out.push(format!(
-                "the data ended on one lane while lanes {} still had data, which was not delivered, \
-                 and documents of theirs may have come in part (lanes draw documents of different \
-                 lengths; [source] chunk_tokens deals by estimated tokens instead of samples, which \
-                 keeps lanes closer); tail = \"partial\" delivers it",
-                lanes.join(", ")
+                "the data ended on one lane while lanes {} still had data, which was not delivered: \
+                 what they held ({}) and the input they had not read; documents of theirs may have \
+                 come in part (lanes draw documents of different lengths; [source] chunk_tokens \
+                 deals by estimated tokens instead of samples, which keeps lanes closer); \
+                 tail = \"partial\" delivers it",
+                lanes.join(", "),
+                if held.is_empty() { "nothing".to_string() } else { held.join("; ") }
             ));
         }
         out
@@ -170,6 +185,12 @@ impl Loader {
                     r.dropped_documents += docs;
                     r.dropped_tokens += tokens;
                 }
+            }
+        }
+        for (d, held) in self.engine.cut_off_held() {
+            if let Some(r) = datasets.get_mut(*d as usize) {
+                r.cut_off_pieces += held.pieces;
+                r.cut_off_tokens += held.tokens;
             }
         }
         let lanes_cut_off = self.engine.lanes_cut_off().iter().map(|l| l.0).collect();

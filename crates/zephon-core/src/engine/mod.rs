@@ -20,7 +20,7 @@ mod settings;
 mod timing;
 mod worker;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::id::{Lane, Step};
 use crate::operator::LaneContext;
 use crate::operators::Plan;
+use crate::record::Record;
 use crate::step::{LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;
 
@@ -51,6 +52,17 @@ pub struct Engine {
     metadata: std::collections::BTreeMap<String, String>,
     /// Lanes that still had data when this rank's input ended under `Tail::Drop`.
     cut_off: Vec<Lane>,
+    cut_off_held: BTreeMap<u32, Held>,
+}
+
+/// Pieces of one dataset's documents that lanes cut off at the end of the data still held
+/// (see [`Engine::cut_off_held`]), and their tokens.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Fragments of documents: whole short documents, or pieces of split or packed ones.
+    pub pieces: u64,
+    /// Their positions (tokens).
+    pub tokens: u64,
 }
 
 impl Engine {
@@ -172,7 +184,16 @@ impl Engine {
             .collect::<Result<Vec<_>>>()?;
         let mut metadata = spec.notes();
         metadata.extend(spec.metadata);
-        Ok(Engine { shared, workers, next_step, states: Some(states), fingerprint, metadata, cut_off: Vec::new() })
+        Ok(Engine {
+            shared,
+            workers,
+            next_step,
+            states: Some(states),
+            fingerprint,
+            metadata,
+            cut_off: Vec::new(),
+            cut_off_held: BTreeMap::new(),
+        })
     }
 
     /// The topology this engine runs under.
@@ -310,6 +331,9 @@ impl Engine {
                 sh.work_cv.notify_all();
             }
         }
+        if end_of_data && !self.cut_off.is_empty() {
+            self.cut_off_held = held_by(&lanes, &self.cut_off);
+        }
         self.states = lanes.iter().map(|l| l.state.clone()).collect();
         self.next_step = s + 1;
         if end_of_data {
@@ -333,6 +357,15 @@ impl Engine {
     /// every lane ended at the same step.
     pub fn lanes_cut_off(&self) -> &[Lane] {
         &self.cut_off
+    }
+
+    /// What the lanes cut off held when the data ended, by dataset index: the pieces of
+    /// documents in their accumulators, in rows they had made beyond the last step, and in
+    /// the step that was not delivered. A document of which some pieces were delivered and
+    /// some are counted here came in part. Not counted: input not yet read, and the rest of
+    /// a long document a lane paused inside (its pieces are made as the lane goes on).
+    pub fn cut_off_held(&self) -> &BTreeMap<u32, Held> {
+        &self.cut_off_held
     }
 
     /// The lanes' sample streams, which checkpoint files use to name buffered samples
@@ -373,6 +406,23 @@ impl Drop for Engine {
             let _ = w.join();
         }
     }
+}
+
+/// The pieces the `cut` lanes of `lanes` (the step not delivered) hold, by dataset.
+fn held_by(lanes: &[LaneStep], cut: &[Lane]) -> BTreeMap<u32, Held> {
+    let mut held: BTreeMap<u32, Held> = BTreeMap::new();
+    for ls in lanes.iter().filter(|l| cut.contains(&l.lane)) {
+        let state = ls.state.as_ref().map(Snapshot::state);
+        let buffered = state.iter().flat_map(|st| st.accumulators.iter().flat_map(|a| &a.buffered).chain(&st.pending));
+        for lineage in ls.rows.iter().map(Record::lineage).chain(buffered) {
+            for f in lineage.fragments() {
+                let h = held.entry(f.sample.dataset).or_default();
+                h.pieces += 1;
+                h.tokens += u64::from(f.positions().map_or(0, |p| p.len()));
+            }
+        }
+    }
+    held
 }
 
 fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &ExecOptions) -> Result<Vec<LaneSetup>> {

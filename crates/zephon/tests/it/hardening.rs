@@ -260,6 +260,13 @@ fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
     assert_eq!(report.lanes_cut_off.len(), 1, "{report:?}");
     let lines = report.lines().join("\n");
     assert!(lines.contains(&format!("lanes {} still had data", report.lanes_cut_off[0])), "{lines}");
+    // At least the step that was not delivered: one row of 256 tokens.
+    let held = &report.datasets[0];
+    assert!(held.cut_off_pieces > 0 && held.cut_off_tokens >= 256, "{report:?}");
+    assert!(
+        lines.contains(&format!("uneven {} pieces, {} tokens", held.cut_off_pieces, held.cut_off_tokens)),
+        "{lines}"
+    );
     let (full_run, partial) = run_to_end(&data, source, "partial");
     assert!(partial.lanes_cut_off.is_empty() && full_run > dropped_run + 10, "{full_run} vs {dropped_run}");
 }
