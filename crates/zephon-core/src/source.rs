@@ -163,10 +163,11 @@ impl Datasets {
 /// Block `n` of `lanes` consecutive chunks is dealt one chunk per lane by a permutation keyed
 /// by `(seed, n)`: every lane gets one chunk of each block, so lanes stay balanced, and a lane
 /// finds its `n`-th chunk in O(1) whatever the lane count. Every work source deals through
-/// this function.
+/// this function. `lane` must be one of the `lanes` lanes; an `n` so large that the index
+/// overflows (only a corrupt cursor asks for one) gives `u64::MAX`, past every stream's end.
 pub fn deal_chunk(seed: u64, lane: Lane, lanes: u32, n: u64) -> u64 {
     let deal = Permutation::new(u64::from(lanes), RngKey::new(seed, "chunk-deal").with(n));
-    n * u64::from(lanes) + deal.apply(u64::from(lane.0))
+    n.saturating_mul(u64::from(lanes)).saturating_add(deal.apply(u64::from(lane.0)))
 }
 
 /// A piece of work for one lane: samples to process in order.
@@ -310,7 +311,7 @@ impl WorkSource for SequentialSource {
     fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String> {
         let per_epoch = self.total.div_ceil(self.chunk_size);
         let g = deal_chunk(self.seed, lane, lanes, n);
-        if per_epoch == 0 || g >= per_epoch * self.epochs {
+        if per_epoch == 0 || g >= per_epoch.saturating_mul(self.epochs) {
             return Ok(None);
         }
         let c = g % per_epoch;

@@ -136,6 +136,9 @@ const FULL_ID: u64 = 2;
 pub(crate) fn encode(lanes: &mut [LaneState], streams: Option<&LaneStreams>) -> Result<Vec<u8>, String> {
     let mut out = Streams::default();
     for st in lanes.iter_mut() {
+        if let Some(s) = streams.filter(|s| st.lane.0 >= s.lanes) {
+            return Err(format!("{} is not one of the run's {} lanes", st.lane, s.lanes));
+        }
         let mut window = streams.map(|s| Window::new(s, st.lane, st.cursor));
         let mut prev = 0u64;
         let mut lists: Vec<Vec<Lineage>> =
@@ -183,6 +186,9 @@ pub(crate) fn encode(lanes: &mut [LaneState], streams: Option<&LaneStreams>) -> 
 pub(crate) fn decode(bytes: &[u8], lanes: &mut [LaneState], streams: Option<&LaneStreams>) -> Result<(), String> {
     let mut input = Streams::split(bytes)?;
     for st in lanes.iter_mut() {
+        if let Some(s) = streams.filter(|s| st.lane.0 >= s.lanes) {
+            return Err(format!("{} is not one of the run's {} lanes", st.lane, s.lanes));
+        }
         let mut window = streams.map(|s| Window::new(s, st.lane, st.cursor));
         let mut prev = 0u64;
         let lists = st.accumulators.len() + 1;
@@ -433,5 +439,11 @@ mod tests {
         }
         let err = decode(&s.concat(), &mut far, Some(&streams)).unwrap_err();
         assert!(err.contains("before the lane's input began"), "{err}");
+        // A lane the run does not have (found by fuzzing: it reached the chunk deal).
+        let mut lanes = vec![state(1, Cursor { chunk: 3, offset: 20 }, vec![], vec![])];
+        let bytes = encode(&mut lanes, Some(&streams)).unwrap();
+        lanes[0].lane = Lane(4);
+        let err = decode(&bytes, &mut lanes, Some(&streams)).unwrap_err();
+        assert!(err.contains("not one of the run's 4 lanes"), "{err}");
     }
 }
