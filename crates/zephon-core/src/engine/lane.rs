@@ -253,27 +253,16 @@ impl LaneRun {
     pub fn snapshot_now(&self) -> Snapshot {
         // A lane restored inside an input has not pushed anything past that input's first
         // `skip_outputs` records yet: that is still its position.
-        self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), 0, self.cursor, self.skip_outputs).1
+        self.snapshot_core(0, self.cursor, self.skip_outputs)
     }
 
     /// A snapshot at the current input position whose pending rows are those of the queued
-    /// steps from `first` on plus the step being filled, and where the rows of each of those
-    /// steps (and finally of the step being filled) start in it.
-    fn snapshot_core(
-        &self,
-        accumulators: Vec<AccumulatorState>,
-        first: usize,
-        cursor: Cursor,
-        input_progress: u64,
-    ) -> (Vec<usize>, Snapshot) {
-        let mut starts = Vec::with_capacity(self.steps.len().saturating_sub(first));
-        let mut pending = Vec::new();
-        for s in self.steps.iter().skip(first) {
-            starts.push(pending.len());
-            pending.extend(s.rows.iter().map(|r| r.lineage().clone()));
-        }
-        starts.push(pending.len());
-        pending.extend(self.current.iter().map(|r| r.lineage().clone()));
+    /// steps from `first` on plus the step being filled.
+    fn snapshot_core(&self, first: usize, cursor: Cursor, input_progress: u64) -> Snapshot {
+        let pending = (self.steps.iter().skip(first).flat_map(|s| &s.rows))
+            .chain(&self.current)
+            .map(|r| r.lineage().clone())
+            .collect();
         let core = Arc::new(SnapshotCore {
             lane: self.lane,
             cursor,
@@ -282,10 +271,10 @@ impl LaneRun {
             skips: self.skips.clone(),
             finished: self.finished,
             tail_dropped: self.tail_dropped.clone(),
-            accumulators,
+            accumulators: self.accs.iter().map(|a| a.export()).collect(),
             pending,
         });
-        (starts, Snapshot { core, pending_from: 0 })
+        Snapshot { core, pending_from: 0 }
     }
 
     /// Feeds one ordered unit. Errors stop the lane (kept in `self.error`).
@@ -559,18 +548,21 @@ impl LaneRun {
         let first = self.steps.len() - self.unsnapped;
         self.unsnapped = 0;
         let every = self.snapshot_every;
-        if !(first..self.steps.len()).any(|i| (self.steps[i].step.0 + 1).is_multiple_of(every)) {
-            return;
-        }
-        let (starts, base) =
-            self.snapshot_core(self.accs.iter().map(|a| a.export()).collect(), first, cursor, input_progress);
-        for i in first..self.steps.len() {
-            if !(self.steps[i].step.0 + 1).is_multiple_of(every) {
-                continue;
+        let wanted = |s: &LaneStep| (s.step.0 + 1).is_multiple_of(every);
+        let Some(lowest) = (first..self.steps.len()).find(|&i| wanted(&self.steps[i])) else { return };
+        // One core for all of them, pending from the first step after the lowest: the rows
+        // pending after step i are those of the steps after it, so each snapshot starts its
+        // pending rows where step i's successors begin. With one row a step (as many lanes
+        // as rows), no step's own rows are ever copied.
+        let base = self.snapshot_core(lowest + 1, cursor, input_progress);
+        let mut pending_from = 0;
+        for i in lowest..self.steps.len() {
+            if i > lowest {
+                pending_from += self.steps[i].rows.len();
             }
-            // The rows pending after step i are those of the steps after it.
-            let pending_from = starts[i + 1 - first];
-            self.steps[i].state = Some(Snapshot { core: base.core.clone(), pending_from });
+            if wanted(&self.steps[i]) {
+                self.steps[i].state = Some(Snapshot { core: base.core.clone(), pending_from });
+            }
         }
     }
 }
@@ -584,6 +576,10 @@ mod tests {
     use crate::record::Value;
 
     fn lane() -> LaneRun {
+        lane_snapshotting_every(1)
+    }
+
+    fn lane_snapshotting_every(every: u64) -> LaneRun {
         let plan = Arc::new(Plan::new(Operators::new()));
         LaneRun::new(
             LaneSetup {
@@ -593,7 +589,7 @@ mod tests {
                 names: vec!["d".to_string()].into(),
                 rows_per_step: 2,
                 tail: Tail::Drop,
-                snapshot_every: 1,
+                snapshot_every: every,
                 bad_limit: vec![1024].into(),
             },
             0,
@@ -617,6 +613,29 @@ mod tests {
             ends: vec![1000, 1001],
             inputs: vec![(0, None), (0, None)],
             failure: None,
+        }
+    }
+
+    #[test]
+    fn each_snapshot_holds_as_pending_exactly_the_rows_after_its_step() {
+        for every in [1, 2, 3, 7] {
+            let mut run = lane_snapshotting_every(every);
+            // The first input makes 1,000 rows of 2 a step: 500 steps finalized at once, all
+            // snapshotted at the boundary after it. The second input's row comes later and
+            // is in none of them.
+            run.accumulate(big_unit(), u64::MAX);
+            assert_eq!((run.steps.len(), run.current.len()), (500, 1));
+            let lineages: Vec<Vec<Lineage>> =
+                run.steps.iter().map(|s| s.rows.iter().map(|r| r.lineage().clone()).collect()).collect();
+            for (i, step) in run.steps.iter().enumerate() {
+                let wanted = (step.step.0 + 1).is_multiple_of(every);
+                assert_eq!(step.state.is_some(), wanted, "step {} with snapshots every {every}", step.step.0);
+                if let Some(snap) = &step.state {
+                    let pending = snap.state().pending;
+                    let after: Vec<Lineage> = lineages[i + 1..].iter().flatten().cloned().collect();
+                    assert!(pending == after, "step {}, snapshots every {every}: wrong pending rows", step.step.0);
+                }
+            }
         }
     }
 
