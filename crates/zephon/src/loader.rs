@@ -42,6 +42,9 @@ pub struct DatasetReport {
     /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
     #[serde(default)]
     pub tail_dropped_tokens: u64,
+    /// The documents (shard, row) those rows held pieces of: each came in part or not at all.
+    #[serde(default)]
+    pub tail_dropped_documents: Vec<(u32, u64)>,
     /// Pieces of this dataset's documents that lanes cut off at the end of the data held (in
     /// their buffers, rows made ahead and the step not delivered), under `tail = "drop"`.
     #[serde(default)]
@@ -49,6 +52,11 @@ pub struct DatasetReport {
     /// Their tokens.
     #[serde(default)]
     pub cut_off_tokens: u64,
+    /// The documents (shard, row) those pieces belong to, and any a cut-off lane had pushed
+    /// only in part: each came in part or not at all, and every one of this dataset's
+    /// documents that came in part is listed.
+    #[serde(default)]
+    pub cut_off_documents: Vec<(u32, u64)>,
 }
 
 impl DataReport {
@@ -83,7 +91,8 @@ impl DataReport {
                 .map(|d| format!("{} {} tokens", d.name, d.tail_dropped_tokens))
                 .collect();
             out.push(format!(
-                "the end of the data left out {} rows of a final partial step ({}); tail = \"partial\" delivers them",
+                "the end of the data left out {} rows of a final partial step ({}; their documents are listed \
+                 in the report as tail_dropped_documents); tail = \"partial\" delivers them",
                 self.tail_dropped_rows,
                 per.join(", ")
             ));
@@ -94,12 +103,20 @@ impl DataReport {
                 .datasets
                 .iter()
                 .filter(|d| d.cut_off_pieces > 0)
-                .map(|d| format!("{} {} pieces, {} tokens", d.name, d.cut_off_pieces, d.cut_off_tokens))
+                .map(|d| {
+                    format!(
+                        "{} {} pieces of {} documents, {} tokens",
+                        d.name,
+                        d.cut_off_pieces,
+                        d.cut_off_documents.len(),
+                        d.cut_off_tokens
+                    )
+                })
                 .collect();
             out.push(format!(
                 "the data ended on one lane while lanes {} still had data, which was not delivered: \
-                 what they held ({}) and the input they had not read; documents of theirs may have \
-                 come in part (lanes draw documents of different lengths; [source] chunk_tokens \
+                 what they held ({}) and the input they had not read; the documents listed in the \
+                 report (cut_off_documents) came in part or not at all (lanes draw documents of different lengths; [source] chunk_tokens \
                  deals by estimated tokens instead of samples, which keeps lanes closer); \
                  tail = \"partial\" delivers it",
                 lanes.join(", "),
@@ -176,6 +193,11 @@ impl Loader {
                     r.tail_dropped_tokens += n;
                 }
             }
+            for s in &lane.tail_dropped.documents {
+                if let Some(r) = datasets.get_mut(s.dataset as usize) {
+                    r.tail_dropped_documents.push((s.shard, s.row));
+                }
+            }
         }
         if let Some(k) = self.assembled.ensure_stage {
             for lane in lanes {
@@ -191,6 +213,7 @@ impl Loader {
             if let Some(r) = datasets.get_mut(*d as usize) {
                 r.cut_off_pieces += held.pieces;
                 r.cut_off_tokens += held.tokens;
+                r.cut_off_documents.extend(held.documents.iter().map(|s| (s.shard, s.row)));
             }
         }
         let lanes_cut_off = self.engine.lanes_cut_off().iter().map(|l| l.0).collect();

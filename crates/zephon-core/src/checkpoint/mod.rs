@@ -87,6 +87,9 @@ pub struct TailDropped {
     pub rows: u64,
     /// Positions (tokens) of each dataset those rows held, by dataset index.
     pub positions: BTreeMap<u32, u64>,
+    /// The documents those rows held pieces of: each came in part or not at all.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub documents: std::collections::BTreeSet<crate::id::SampleId>,
 }
 
 /// Records skipped under the skip policy, by dataset index: how many, and why the first was.

@@ -523,6 +523,7 @@ impl LaneRun {
             self.tail_dropped.rows += 1;
             for f in row.lineage().fragments() {
                 *self.tail_dropped.positions.entry(f.sample.dataset).or_default() += u64::from(f.len());
+                self.tail_dropped.documents.insert(f.sample);
             }
         }
     }

@@ -31,6 +31,7 @@ use crate::id::{Lane, Step};
 use crate::operator::LaneContext;
 use crate::operators::Plan;
 use crate::record::Record;
+use crate::source::WorkSource;
 use crate::step::{LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;
 
@@ -53,16 +54,21 @@ pub struct Engine {
     /// Lanes that still had data when this rank's input ended under `Tail::Drop`.
     cut_off: Vec<Lane>,
     cut_off_held: BTreeMap<u32, Held>,
+    /// Whether this rank's data has ended (a step returned `None`).
+    ended: bool,
 }
 
 /// Pieces of one dataset's documents that lanes cut off at the end of the data still held
-/// (see [`Engine::cut_off_held`]), and their tokens.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+/// (see [`Engine::cut_off_held`]), their tokens, and which documents they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Held {
     /// Fragments of documents: whole short documents, or pieces of split or packed ones.
     pub pieces: u64,
     /// Their positions (tokens).
     pub tokens: u64,
+    /// The documents of those pieces, and the one a lane had pushed only part of: each of
+    /// them came in part or not at all. Every document that came in part is here.
+    pub documents: std::collections::BTreeSet<crate::id::SampleId>,
 }
 
 impl Engine {
@@ -193,6 +199,7 @@ impl Engine {
             metadata,
             cut_off: Vec::new(),
             cut_off_held: BTreeMap::new(),
+            ended: false,
         })
     }
 
@@ -285,7 +292,10 @@ impl Engine {
                 // `behind == 0` means no lane is still working towards this step.
                 debug_assert!(!waiting);
                 end_of_data = ended && (sh.tail == Tail::Drop || !any);
-                if end_of_data && any {
+                // Only where the data first ended: a caller that goes on calling (another rank
+                // still had steps) must not have the count replaced by a later one, which no
+                // longer holds the step that was not delivered.
+                if end_of_data && any && !self.ended {
                     self.cut_off = (g.progress.iter().enumerate())
                         .filter(|(_, p)| p.made.steps_made > s)
                         .map(|(i, _)| sh.slots[i].lane)
@@ -331,9 +341,10 @@ impl Engine {
                 sh.work_cv.notify_all();
             }
         }
-        if end_of_data && !self.cut_off.is_empty() {
-            self.cut_off_held = held_by(&lanes, &self.cut_off);
+        if end_of_data && !self.ended && !self.cut_off.is_empty() {
+            self.cut_off_held = held_by(&lanes, &self.cut_off, &*sh.source, sh.topology.lanes());
         }
+        self.ended |= end_of_data;
         self.states = lanes.iter().map(|l| l.state.clone()).collect();
         self.next_step = s + 1;
         if end_of_data {
@@ -363,7 +374,8 @@ impl Engine {
     /// documents in their accumulators, in rows they had made beyond the last step, and in
     /// the step that was not delivered. A document of which some pieces were delivered and
     /// some are counted here came in part. Not counted: input not yet read, and the rest of
-    /// a long document a lane paused inside (its pieces are made as the lane goes on).
+    /// a long document a lane paused inside (its pieces are made as the lane goes on); that
+    /// document is listed in [`Held::documents`] all the same.
     pub fn cut_off_held(&self) -> &BTreeMap<u32, Held> {
         &self.cut_off_held
     }
@@ -409,7 +421,7 @@ impl Drop for Engine {
 }
 
 /// The pieces the `cut` lanes of `lanes` (the step not delivered) hold, by dataset.
-fn held_by(lanes: &[LaneStep], cut: &[Lane]) -> BTreeMap<u32, Held> {
+fn held_by(lanes: &[LaneStep], cut: &[Lane], source: &dyn WorkSource, lane_count: u32) -> BTreeMap<u32, Held> {
     let mut held: BTreeMap<u32, Held> = BTreeMap::new();
     for ls in lanes.iter().filter(|l| cut.contains(&l.lane)) {
         let state = ls.state.as_ref().map(Snapshot::state);
@@ -419,6 +431,17 @@ fn held_by(lanes: &[LaneStep], cut: &[Lane]) -> BTreeMap<u32, Held> {
                 let h = held.entry(f.sample.dataset).or_default();
                 h.pieces += 1;
                 h.tokens += u64::from(f.positions().map_or(0, |p| p.len()));
+                h.documents.insert(f.sample);
+            }
+        }
+        // A lane that stopped inside an input had pushed only its first records: the rest of
+        // that document was never made, so no piece of it is held, yet it came in part.
+        if let Some(st) = state.filter(|st| st.input_progress > 0) {
+            let at = source.chunk(st.lane, lane_count, st.cursor.chunk).ok().flatten();
+            let sample =
+                at.and_then(|c| usize::try_from(st.cursor.offset).ok().and_then(|i| c.samples.get(i).copied()));
+            if let Some(sample) = sample {
+                held.entry(sample.dataset).or_default().documents.insert(sample);
             }
         }
     }

@@ -103,16 +103,21 @@ fn delivered(spec: &RunSpec, lanes: u32, (w1, w2): (u32, u32), before: u64) -> (
         (0..w2).map(|r| Engine::restore(spec.clone(), t(w2, r), opts(2, 8, 2), tmp.path()).unwrap()).collect();
     while take(second.iter_mut().map(|e| e.next_step().unwrap()).collect()) {}
     let held: u64 = second.iter().flat_map(|e| e.cut_off_held().values()).map(|h| h.tokens).sum();
+    let mut documents: std::collections::BTreeSet<SampleId> =
+        second.iter().flat_map(|e| e.cut_off_held().values()).flat_map(|h| h.documents.clone()).collect();
+    documents.extend(second.iter().flat_map(|e| e.lane_states()).flat_map(|l| l.tail_dropped.documents));
     let tail: u64 =
         second.iter().flat_map(|e| e.lane_states()).flat_map(|l| l.tail_dropped.positions.into_values()).sum();
     let cut = second.iter().map(|e| e.lanes_cut_off().len() as u64).sum::<u64>();
-    (coverage, Left { counted: held + tail, cut_lanes: cut })
+    (coverage, Left { counted: held + tail, cut_lanes: cut, documents })
 }
 
-/// What the end of the data left out that the report counts, and how many lanes it cut off.
+/// What the end of the data left out that the report counts, how many lanes it cut off, and
+/// the documents it names as come in part or not at all.
 struct Left {
     counted: u64,
     cut_lanes: u64,
+    documents: std::collections::BTreeSet<SampleId>,
 }
 
 type Coverage = BTreeMap<SampleId, Vec<(u32, u32)>>;
@@ -211,7 +216,7 @@ fn under_drop_an_epoch_delivers_pieces_at_most_once() {
             metadata: Default::default(),
         };
         let (coverage, left) = delivered(&spec, 8, (2, 4), 50);
-        let (mut delivered, mut in_part) = (0u64, 0u64);
+        let (mut delivered, mut in_part, mut listed_in_part) = (0u64, 0u64, 0u64);
         for (id, mut spans) in coverage {
             spans.sort();
             let mut at = 0;
@@ -224,7 +229,16 @@ fn under_drop_an_epoch_delivers_pieces_at_most_once() {
             assert!(at <= lengths[&id], "{id} delivered past its end");
             delivered += got;
             in_part += u64::from(lengths[&id]) - got;
+            if got < u64::from(lengths[&id]) {
+                assert!(
+                    left.documents.contains(&id),
+                    "{chunk_tokens:?}: {id} came in part and is not listed: {spans:?} of {}",
+                    lengths[&id]
+                );
+                listed_in_part += 1;
+            }
         }
+        assert!(listed_in_part > 0, "{chunk_tokens:?}: no document came in part, the check above saw nothing");
         // A document that came in part misses pieces the report counts, except on a lane cut
         // off inside a document (it pauses there when it is ahead): at most the rest of one
         // document per such lane.

@@ -217,6 +217,8 @@ fn what_the_end_of_finite_data_leaves_out_is_reported() {
     assert_eq!(partial.tail_dropped_rows, 0);
     let (dropped_run, report) = run("drop");
     assert!(report.tail_dropped_rows > 0 && dropped_run + report.tail_dropped_rows as usize == kept, "{report:?}");
+    let named: usize = report.datasets.iter().map(|d| d.tail_dropped_documents.len()).sum();
+    assert!(named > 0 && partial.datasets.iter().all(|d| d.tail_dropped_documents.is_empty()), "{report:?}");
     let line = report.lines().join("\n");
     assert!(line.contains("the end of the data left out") && line.contains("tokens"), "{line}");
 }
@@ -263,8 +265,14 @@ fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
     // At least the step that was not delivered: one row of 256 tokens.
     let held = &report.datasets[0];
     assert!(held.cut_off_pieces > 0 && held.cut_off_tokens >= 256, "{report:?}");
+    let documents = held.cut_off_documents.len();
+    assert!(documents > 0 && documents as u64 <= held.cut_off_pieces, "{report:?}");
+    assert!(held.cut_off_documents.iter().all(|&(shard, row)| shard == 0 && row < 64), "{report:?}");
     assert!(
-        lines.contains(&format!("uneven {} pieces, {} tokens", held.cut_off_pieces, held.cut_off_tokens)),
+        lines.contains(&format!(
+            "uneven {} pieces of {documents} documents, {} tokens",
+            held.cut_off_pieces, held.cut_off_tokens
+        )),
         "{lines}"
     );
     let (full_run, partial) = run_to_end(&data, source, "partial");
