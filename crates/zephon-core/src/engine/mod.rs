@@ -67,7 +67,11 @@ pub struct Held {
     /// Their positions (tokens).
     pub tokens: u64,
     /// The documents of those pieces, and the one a lane had pushed only part of: each of
-    /// them came in part or not at all. Every document that came in part is here.
+    /// them came in part or not at all. With the [`TailDropped::documents`] of the lanes that
+    /// ended, every document that came in part is listed, provided the step not delivered
+    /// has a snapshot (`snapshot_every` divides its number; without one only its rows count).
+    ///
+    /// [`TailDropped::documents`]: crate::checkpoint::TailDropped::documents
     pub documents: std::collections::BTreeSet<crate::id::SampleId>,
 }
 
