@@ -501,9 +501,11 @@ impl LaneRun {
 
     fn finalize(&mut self) {
         let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.rows_per_step));
-        let t = std::time::Instant::now();
+        let timed = self.times.digests_timed.start();
         let digest = lane_digest(&rows);
-        self.times.digest += super::timing::since(t);
+        if let Some((t, weight)) = timed {
+            self.times.digest += weight * super::timing::since(t);
+        }
         self.steps.push_back(LaneStep { lane: self.lane, step: Step(self.next_step), rows, digest, state: None });
         self.next_step += 1;
         self.unsnapped += 1;
@@ -540,9 +542,11 @@ impl LaneRun {
         if self.unsnapped == 0 {
             return;
         }
-        let t = std::time::Instant::now();
+        let timed = self.times.snapshots_timed.start();
         self.snapshot_steps(cursor, input_progress);
-        self.times.snapshot += super::timing::since(t);
+        if let Some((t, weight)) = timed {
+            self.times.snapshot += weight * super::timing::since(t);
+        }
     }
 
     fn snapshot_steps(&mut self, cursor: Cursor, input_progress: u64) {
