@@ -152,11 +152,12 @@ fn main() -> ExitCode {
                         .iter()
                         .map(|d| match d.target {
                             Some(t) => format!(
-                                "{} {:.2} % (target {:.2} %, at most {} tokens ahead)",
+                                "{} {:.2} % (target {:.2} %, at most {} tokens ahead, after step {})",
                                 d.name,
                                 100.0 * d.share,
                                 100.0 * t,
-                                d.max_excess_tokens
+                                d.max_excess_tokens,
+                                d.max_excess_step
                             ),
                             None => format!("{} {:.2} %", d.name, 100.0 * d.share),
                         })

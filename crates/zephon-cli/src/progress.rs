@@ -25,12 +25,14 @@ impl Progress {
         Progress(Some(bar))
     }
 
-    pub fn step(&self, next_step: u64, tokens: u64, skipped: u64, secs: f64) {
+    /// `shares` gives what is appended as it is (empty, or `", a 30.1 % b 69.9 %"`).
+    pub fn step(&self, next_step: u64, tokens: u64, skipped: u64, shares: impl FnOnce() -> String, secs: f64) {
         if let Some(bar) = &self.0 {
+            let shares = shares();
             bar.inc(1);
             let skipped = if skipped > 0 { format!(", {skipped} bad records skipped") } else { String::new() };
             bar.set_message(format!(
-                "{next_step}, {:.1} M tokens, {:.0} tokens/s{skipped}",
+                "{next_step}, {:.1} M tokens, {:.0} tokens/s{shares}{skipped}",
                 tokens as f64 / 1e6,
                 tokens as f64 / secs.max(1e-9)
             ));

@@ -96,6 +96,13 @@ pub struct ShareReport {
     /// The most this dataset's cumulative tokens exceeded its target share of all tokens
     /// delivered so far, over every step (0 when it never ran ahead).
     pub max_excess_tokens: u64,
+    /// The step after which it ran ahead by `max_excess_tokens`.
+    #[serde(default)]
+    pub max_excess_step: u64,
+    /// After each step of the run, how many tokens this dataset was ahead of its target share
+    /// of all tokens delivered so far (negative: behind). Empty without a target.
+    #[serde(default)]
+    pub ahead_by_step: Vec<i64>,
 }
 
 /// Counts tokens per dataset step by step, from the lineage of the delivered rows.
@@ -129,10 +136,27 @@ impl ShareTracker {
         }
         for r in &mut self.reports {
             if let Some(t) = r.target {
-                let excess = r.tokens as f64 - t * self.total as f64;
-                r.max_excess_tokens = r.max_excess_tokens.max(excess.max(0.0).round() as u64);
+                let ahead = (r.tokens as f64 - t * self.total as f64).round() as i64;
+                r.ahead_by_step.push(ahead);
+                if ahead > 0 && ahead as u64 > r.max_excess_tokens {
+                    r.max_excess_tokens = ahead as u64;
+                    r.max_excess_step = step.step().0;
+                }
             }
         }
+    }
+
+    /// One line for the progress bar: each dataset's share so far.
+    fn line(&self) -> String {
+        if self.reports.len() < 2 || self.total == 0 {
+            return String::new();
+        }
+        let parts: Vec<String> = self
+            .reports
+            .iter()
+            .map(|r| format!("{} {:.1} %", r.name, 100.0 * r.tokens as f64 / self.total as f64))
+            .collect();
+        format!(", {}", parts.join(" "))
     }
 
     fn finish(mut self) -> Vec<ShareReport> {
@@ -306,7 +330,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
                 loader.checkpoint(&d)?;
                 report.checkpoint_bytes = dir_bytes(&d);
             }
-            progress.step(next, report.tokens, loader.skipped(), start.elapsed().as_secs_f64());
+            progress.step(next, report.tokens, loader.skipped(), || shares.line(), start.elapsed().as_secs_f64());
         }
         Ok(())
     })();

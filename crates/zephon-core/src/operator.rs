@@ -174,6 +174,26 @@ pub trait Accumulator: Send {
     fn rebuild(&self, lineage: &Lineage, input: &mut dyn RebuildInput) -> Result<Record, OpError> {
         input.covering(lineage)
     }
+
+    /// Whether this accumulator wants to see what the next accumulator stage of its lane
+    /// emits ([`Accumulator::next_stage_out`]). Asked once, when the lane starts.
+    fn watches_next_stage(&self) -> bool {
+        false
+    }
+
+    /// The next accumulator stage of this lane emitted `record`. Called only when
+    /// [`Accumulator::watches_next_stage`] says so, between this accumulator's own calls, in
+    /// the order the records come out; never when this is the lane's last accumulator.
+    ///
+    /// This is how an accumulator learns what the stage after it holds (it emitted something
+    /// that has not come out yet): `ensure_mixture` measures token shares past the packer's
+    /// bins. What comes out is a pure function of the lane's stream, so reacting to it keeps
+    /// the accumulator one too. What it learns is state: [`Accumulator::export`] must include
+    /// it. Records a restore rebuilds are not shown again: they were seen before the
+    /// checkpoint.
+    fn next_stage_out(&mut self, record: &Record) {
+        let _ = record;
+    }
 }
 
 /// Access, during restore, to the records that reached an accumulator.

@@ -1,13 +1,24 @@
-//! ensure_mixture: keeps the realized token shares of a lane on target after tokenization.
+//! ensure_mixture: keeps the token shares of a lane's output rows on target.
 
 use std::collections::VecDeque;
 
 use zephon_core::{Accumulator, AccumulatorState, LaneContext, OpError, Operator, OperatorKind, Record, Value};
 
-/// A token-deficit scheduler. It sits after tokenization (before packing) and lets a
-/// document through only while its dataset stays within `slack_tokens` of its target share of
-/// the tokens emitted so far. A document that would overshoot is held; held documents go out,
-/// oldest first, as soon as the other datasets catch up.
+/// A token-deficit scheduler. It sits after tokenization, before packing, and lets a
+/// document through only while its dataset stays within `slack_tokens` of its target share,
+/// measured on the rows the packer has made. A document that would overshoot is held; held
+/// documents go out, oldest first, as soon as the other datasets catch up.
+///
+/// Measured at its own output, the shares would lag behind the packer: bins keep short
+/// documents while full rows of long-document pieces leave at once (at 64 bins of 1024, one
+/// dataset ran ~15 k tokens a lane ahead). So it watches what the packer emits
+/// ([`Accumulator::next_stage_out`]) and counts what the packer holds only beyond its standing
+/// stock ([`EnsureMixture::standing_stock`], the open rows). Everything it counts is a pure
+/// function of the lane's stream, and is in its checkpoint.
+///
+/// A shuffle buffer after the packer is left out on purpose: steering by the shuffled rows
+/// goes round the buffer's delay and makes the shares swing. The buffer's random order moves
+/// a lane's shares by a few rows' worth of tokens around the packer's.
 ///
 /// The work source already plans sample quotas from token estimates, so supply is close to
 /// the target, and this corrects what estimates cannot know: which documents (short or
@@ -17,12 +28,18 @@ use zephon_core::{Accumulator, AccumulatorState, LaneContext, OpError, Operator,
 /// with `passes`-limited data it trades exactly-once delivery for exact shares.
 ///
 /// Long documents make shares lumpy: split them (`LongDocuments::Split`) to at most about
-/// `slack_tokens`.
+/// `slack_tokens`. The packer must pass on every token it gets (truncation is allowed for
+/// with [`EnsureMixture::truncated_to`]).
 #[derive(Clone, Debug)]
 pub struct EnsureMixture {
     shares: Vec<f64>,
     slack_tokens: u64,
     hold: usize,
+    /// Tokens by which the stages after this one may hold more of a dataset than its share
+    /// for good (packing bins); see [`EnsureMixture::standing_stock`].
+    stock_tokens: u64,
+    /// The most tokens of one document the stages after this one pass on (a truncating packer).
+    kept_tokens: u64,
     field: String,
 }
 
@@ -43,8 +60,27 @@ impl EnsureMixture {
             shares: shares.iter().map(|s| s / sum).collect(),
             slack_tokens,
             hold,
+            stock_tokens: u64::MAX,
+            kept_tokens: u64::MAX,
             field: "tokens".into(),
         })
+    }
+
+    /// How many tokens more than its share of a dataset the stages after this one may hold
+    /// for good: about the packer's open bins times the sequence length. Beyond it, tokens
+    /// held downstream count against their dataset as if delivered. Without it (the default)
+    /// only what left the lane counts, and a filling shuffle buffer takes whatever comes.
+    pub fn standing_stock(mut self, tokens: u64) -> Self {
+        self.stock_tokens = tokens;
+        self
+    }
+
+    /// The stages after this one keep only the first `tokens` of each document (a packer that
+    /// truncates long documents): count no more of one, or the truncated tokens would look
+    /// held downstream for ever.
+    pub fn truncated_to(mut self, tokens: u64) -> Self {
+        self.kept_tokens = tokens;
+        self
     }
 }
 
@@ -54,7 +90,10 @@ impl Operator for EnsureMixture {
     }
 
     fn fingerprint(&self) -> String {
-        format!("shares={:?} slack_tokens={} hold={} field={}", self.shares, self.slack_tokens, self.hold, self.field)
+        format!(
+            "shares={:?} slack_tokens={} hold={} stock_tokens={} kept_tokens={} field={} measured_at=output",
+            self.shares, self.slack_tokens, self.hold, self.stock_tokens, self.kept_tokens, self.field
+        )
     }
 
     fn describe(&self) -> String {
@@ -72,20 +111,33 @@ impl Operator for EnsureMixture {
     }
 
     fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
+        let k = self.shares.len();
         Some(Box::new(Deficit {
             cfg: self.clone(),
-            emitted: vec![0; self.shares.len()],
+            emitted: vec![0; k],
+            next_out: vec![0; k],
+            this_push: vec![0; k],
+            ahead: vec![0.0; k],
             held: VecDeque::new(),
-            dropped_docs: vec![0; self.shares.len()],
-            dropped_tokens: vec![0; self.shares.len()],
+            dropped_docs: vec![0; k],
+            dropped_tokens: vec![0; k],
         }))
     }
 }
+
+/// Counters per dataset in the exported state (see `Deficit::export`).
+const STATE_COUNTERS: usize = 4;
 
 struct Deficit {
     cfg: EnsureMixture,
     /// Tokens emitted per dataset.
     emitted: Vec<u64>,
+    /// Tokens per dataset the next stage (the packer) emitted.
+    next_out: Vec<u64>,
+    /// Tokens per dataset emitted by the push under way: none of them can have come out yet.
+    this_push: Vec<u64>,
+    /// Per dataset, how far it runs ahead of its share ([`Deficit::measure_ahead`]).
+    ahead: Vec<f64>,
     held: VecDeque<(usize, u64, Record)>,
     /// Per dataset: documents and tokens dropped because the hold queue overflowed.
     dropped_docs: Vec<u64>,
@@ -103,7 +155,7 @@ impl Deficit {
             )));
         }
         let n = match r.get(&self.cfg.field) {
-            Some(Value::Seq(a)) | Some(Value::Array(a)) => a.len() as u64,
+            Some(Value::Seq(a)) | Some(Value::Array(a)) => (a.len() as u64).min(self.cfg.kept_tokens),
             _ => {
                 return Err(OpError::Data(format!(
                     "no {:?} field: ensure_mixture goes after tokenize",
@@ -114,20 +166,53 @@ impl Deficit {
         Ok((d, n))
     }
 
-    /// Whether emitting `n` tokens of dataset `d` keeps it within the slack of its share.
+    /// Whether emitting `n` tokens of dataset `d` keeps it within the slack of its share, as
+    /// measured on what the next stage emitted, given `self.ahead` ([`Deficit::measure_ahead`]).
+    ///
+    /// Tokens emitted by this push count as come out: nothing can move the next stage's
+    /// output before the push returns, and they must hold back the rest of this push. Tokens
+    /// the next stage holds count only beyond the standing stock: packing bins keep short
+    /// documents for good while pieces of long ones leave at once, and that stock must not
+    /// hold the short dataset back; more than that must. The held part is centred so that the
+    /// datasets' measures sum to zero: one of them is always admissible, so the scheduler
+    /// cannot stall with every dataset held.
     fn admissible(&self, d: usize, n: u64) -> bool {
-        let total: u64 = self.emitted.iter().sum::<u64>() + n;
-        (self.emitted[d] + n) as f64 <= self.cfg.shares[d] * total as f64 + self.cfg.slack_tokens as f64
+        self.ahead[d] + n as f64 * (1.0 - self.cfg.shares[d]) <= self.cfg.slack_tokens as f64
+    }
+
+    /// Sets `self.ahead`: per dataset, how far it runs ahead of its share (see
+    /// [`Deficit::admissible`]). The values sum to zero.
+    fn measure_ahead(&mut self) {
+        let k = self.next_out.len();
+        // What this push emitted counts as out: it can only come out later.
+        let out = |e: usize| self.next_out[e] + self.this_push[e];
+        let held = |e: usize| self.emitted[e].saturating_sub(out(e)) as f64;
+        let out_total: f64 = (0..k).map(|e| out(e) as f64).sum();
+        let held_total: f64 = (0..k).map(held).sum();
+        let stock = self.cfg.stock_tokens as f64;
+        let raw = |e: usize| {
+            let s = self.cfg.shares[e];
+            let held_over = held(e) - s * held_total;
+            out(e) as f64 - s * out_total + held_over.signum() * (held_over.abs() - stock).max(0.0)
+        };
+        let raw_total: f64 = (0..k).map(raw).sum();
+        let mut ahead = std::mem::take(&mut self.ahead);
+        ahead.clear();
+        ahead.extend((0..k).map(|e| raw(e) - self.cfg.shares[e] * raw_total));
+        self.ahead = ahead;
     }
 
     fn emit(&mut self, d: usize, n: u64, r: Record, out: &mut Vec<Record>) {
         self.emitted[d] += n;
+        self.this_push[d] += n;
         out.push(r);
     }
 
     /// Releases held documents, oldest admissible first, until none is admissible.
     fn release(&mut self, out: &mut Vec<Record>) {
-        while let Some(i) = self.held.iter().position(|(d, n, _)| self.admissible(*d, *n)) {
+        loop {
+            self.measure_ahead();
+            let Some(i) = self.held.iter().position(|(d, n, _)| self.admissible(*d, *n)) else { return };
             if let Some((d, n, r)) = self.held.remove(i) {
                 self.emit(d, n, r, out);
             }
@@ -137,18 +222,17 @@ impl Deficit {
 
 impl Accumulator for Deficit {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        self.this_push.iter_mut().for_each(|t| *t = 0);
         let (d, n) = self.measure(&record)?;
-        if self.admissible(d, n) {
-            self.emit(d, n, record, out);
-            self.release(out);
-        } else {
-            self.held.push_back((d, n, record));
-            if self.held.len() > self.cfg.hold
-                && let Some((d, n, _)) = self.held.pop_front()
-            {
-                self.dropped_docs[d] += 1;
-                self.dropped_tokens[d] += n;
-            }
+        // Queued behind the held ones: what came out of the packer since the last push may
+        // have made older documents admissible, and they go first.
+        self.held.push_back((d, n, record));
+        self.release(out);
+        if self.held.len() > self.cfg.hold
+            && let Some((d, n, _)) = self.held.pop_front()
+        {
+            self.dropped_docs[d] += 1;
+            self.dropped_tokens[d] += n;
         }
         Ok(())
     }
@@ -161,25 +245,42 @@ impl Accumulator for Deficit {
         Ok(())
     }
 
-    /// `values` is the tokens emitted, the documents dropped and the tokens dropped, each one
-    /// number per dataset.
+    fn watches_next_stage(&self) -> bool {
+        true
+    }
+
+    fn next_stage_out(&mut self, record: &Record) {
+        for f in record.lineage().fragments() {
+            if let Some(t) = self.next_out.get_mut(f.sample.dataset as usize) {
+                *t += u64::from(f.len());
+            }
+        }
+    }
+
+    /// `values` is the tokens emitted, the documents dropped, the tokens dropped and the tokens
+    /// the next stage emitted, each one number per dataset.
     fn export(&self) -> AccumulatorState {
-        let values = [&self.emitted, &self.dropped_docs, &self.dropped_tokens].into_iter().flatten().copied().collect();
+        let values = [&self.emitted, &self.dropped_docs, &self.dropped_tokens, &self.next_out]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
         AccumulatorState { values, buffered: self.held.iter().map(|(_, _, r)| r.lineage().clone()).collect() }
     }
 
     fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
         let k = self.cfg.shares.len();
-        if state.values.len() != 3 * k {
+        if state.values.len() != STATE_COUNTERS * k {
             return Err(OpError::Fatal(format!(
                 "ensure_mixture state has {} numbers, expected {}",
                 state.values.len(),
-                3 * k
+                STATE_COUNTERS * k
             )));
         }
         self.emitted = state.values[..k].to_vec();
         self.dropped_docs = state.values[k..2 * k].to_vec();
-        self.dropped_tokens = state.values[2 * k..].to_vec();
+        self.dropped_tokens = state.values[2 * k..3 * k].to_vec();
+        self.next_out = state.values[3 * k..].to_vec();
         self.held.clear();
         for r in buffered {
             let (d, n) = self.measure(&r)?;
@@ -193,9 +294,58 @@ impl Accumulator for Deficit {
 /// state (for reports): `(tokens emitted, documents dropped, tokens dropped)` per dataset.
 pub fn dropped(state: &AccumulatorState) -> Option<Vec<(u64, u64, u64)>> {
     let v = &state.values;
-    if v.is_empty() || !v.len().is_multiple_of(3) {
+    if v.is_empty() || !v.len().is_multiple_of(STATE_COUNTERS) {
         return None;
     }
-    let k = v.len() / 3;
+    let k = v.len() / STATE_COUNTERS;
     Some((0..k).map(|d| (v[d], v[k + d], v[2 * k + d])).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use zephon_core::{Fragment, Lineage, SampleId, Span};
+
+    fn doc(dataset: u32, row: u64, n: u32) -> Record {
+        Record::new(Lineage::single(Fragment::span(SampleId::new(dataset, 0, row), Span::prefix(n))))
+            .with(&"tokens".into(), Value::seq(vec![1u32; n as usize]))
+    }
+
+    proptest! {
+        /// Whatever the next stage holds back, the datasets' measures sum to zero, so one is
+        /// never ahead: a document of it that fits the slack is never left held.
+        #[test]
+        fn some_dataset_is_always_admissible(
+            shares in prop::collection::vec(0.05f64..1.0, 2..4),
+            events in prop::collection::vec((0u32..4, 1u32..300, 0usize..4), 1..300),
+            stock in prop_oneof![Just(0u64), Just(512), Just(u64::MAX)],
+        ) {
+            let op = EnsureMixture::new(&shares, 256, 8).unwrap().standing_stock(stock);
+            let mut acc = Deficit { cfg: op.clone(), emitted: vec![0; shares.len()], next_out: vec![0; shares.len()],
+                this_push: vec![0; shares.len()], ahead: vec![0.0; shares.len()], held: VecDeque::new(),
+                dropped_docs: vec![0; shares.len()], dropped_tokens: vec![0; shares.len()] };
+            // The next stage: a queue that lets out `out` of its oldest records per event.
+            let mut next: VecDeque<Record> = VecDeque::new();
+            for (row, (d, n, out)) in events.into_iter().enumerate() {
+                let d = d % shares.len() as u32;
+                for r in next.drain(..out.min(next.len())) {
+                    acc.next_stage_out(&r);
+                }
+                let mut emitted = Vec::new();
+                acc.push(doc(d, row as u64, n), &mut emitted).unwrap();
+                next.extend(emitted);
+                acc.measure_ahead();
+                let sum: f64 = acc.ahead.iter().sum();
+                let scale: f64 = acc.emitted.iter().sum::<u64>() as f64 + 1.0;
+                prop_assert!(sum.abs() <= 1e-9 * scale, "measures sum to {sum}");
+                let least = (0..shares.len()).min_by(|&a, &b| acc.ahead[a].total_cmp(&acc.ahead[b])).unwrap();
+                let fits = |n: u64| n as f64 * (1.0 - acc.cfg.shares[least]) <= 256.0;
+                prop_assert!(
+                    !acc.held.iter().any(|(e, n, _)| *e == least && fits(*n)),
+                    "a document of the least-ahead dataset was left held"
+                );
+            }
+        }
+    }
 }

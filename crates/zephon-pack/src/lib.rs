@@ -114,6 +114,25 @@ impl Pack {
     pub fn config(&self) -> &PackConfig {
         &self.config
     }
+
+    /// The most token positions one lane's packer holds between pushes: its partial row
+    /// (wrap) or its open rows (first-fit, best-fit).
+    pub fn holds_positions(&self) -> u64 {
+        let rows = match self.config.algorithm {
+            Algorithm::Wrap => 1,
+            Algorithm::FirstFit { bins } | Algorithm::BestFit { bins } => bins,
+        };
+        (rows as u64).saturating_mul(self.config.seq_len as u64)
+    }
+
+    /// How many tokens of a document (or piece) of `n` tokens come out of the packer: all of
+    /// them, or the first `seq_len` under [`LongDocs::Truncate`].
+    pub fn keeps(&self, n: u64) -> u64 {
+        match self.config.long {
+            LongDocs::Split => n,
+            LongDocs::Truncate => n.min(self.config.seq_len as u64),
+        }
+    }
 }
 
 impl Operator for Pack {

@@ -103,7 +103,9 @@ impl Pipeline {
     }
 
     /// Keeps realized token shares on the mixture's targets (a per-lane token-deficit
-    /// scheduler; see [`EnsureMixture`]). Needs token shares on the datasets.
+    /// scheduler; see [`EnsureMixture`]), measured on what the packer emitted: the builder
+    /// tells it the packer's standing stock (its open rows) and whether it truncates. Needs
+    /// token shares on the datasets.
     #[must_use]
     pub fn ensure_mixture(mut self, slack_tokens: u64, hold: usize) -> Self {
         self.stages.push(Stage::EnsureMixture { slack_tokens, hold });
@@ -271,7 +273,18 @@ impl Pipeline {
                     let shares = shares.clone().ok_or_else(|| {
                         Error::Build("ensure_mixture needs token shares on the datasets (Dataset::share)".into())
                     })?;
-                    Arc::new(EnsureMixture::new(&shares, *slack_tokens, *hold)?)
+                    let mut ensure = EnsureMixture::new(&shares, *slack_tokens, *hold)?.standing_stock(0);
+                    // What the packer after it holds for good, and what it cuts off, are
+                    // known here: ensure_mixture measures the shares past them.
+                    if let Some(pack) =
+                        self.stages.iter().find_map(|s| if let Stage::Pack(p) = s { Some(p) } else { None })
+                    {
+                        ensure = ensure.standing_stock(pack.holds_positions());
+                        if pack.config().long == zephon_pack::LongDocs::Truncate {
+                            ensure = ensure.truncated_to(pack.config().seq_len as u64);
+                        }
+                    }
+                    Arc::new(ensure)
                 }
                 #[cfg(feature = "vision")]
                 Stage::Images(op) => Arc::new(op.clone()),

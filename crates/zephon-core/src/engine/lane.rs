@@ -127,6 +127,8 @@ pub(crate) struct LaneRun {
     /// input (and no later error) follows the first one.
     failed: bool,
     scratch: Vec<Vec<Record>>,
+    /// Per stage, whether its accumulator watches the next one ([`Accumulator::watches_next_stage`]).
+    watches_next: Vec<bool>,
     paused: Option<PausedUnit>,
     /// Records of the first input to drop unpushed (restored inside that input).
     skip_outputs: u64,
@@ -165,6 +167,7 @@ impl LaneRun {
     /// A lane at the start of its input, at step `next_step`.
     pub fn new(setup: LaneSetup, next_step: u64) -> Self {
         let stages = setup.accs.len();
+        let watches_next = setup.accs.iter().map(|a| a.watches_next_stage()).collect();
         LaneRun {
             lane: setup.lane,
             plan: setup.plan,
@@ -188,6 +191,7 @@ impl LaneRun {
             failed: false,
             times: super::timing::LaneTimes::default(),
             scratch: (0..stages).map(|_| Vec::new()).collect(),
+            watches_next,
             paused: None,
             skip_outputs: 0,
         }
@@ -407,6 +411,11 @@ impl LaneRun {
 
     /// Sends the outputs of stage `k` on: through the next stage's inline maps into it.
     fn forward(&mut self, k: usize, out: &mut Vec<Record>) -> Result<(), Error> {
+        if k > 0 && self.watches_next[k - 1] {
+            for r in out.iter() {
+                self.accs[k - 1].next_stage_out(r);
+            }
+        }
         let plan = self.plan.clone();
         let pre = plan.stages.get(k + 1).map_or(&[][..], |s| &s.pre[..]);
         for r in out.drain(..) {
@@ -642,6 +651,64 @@ mod tests {
                 }
             }
         }
+    }
+
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Passes records on; counts the records the next stage emitted.
+    struct Watcher(Arc<AtomicU64>);
+
+    impl Accumulator for Watcher {
+        fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+            out.push(record);
+            Ok(())
+        }
+        fn export(&self) -> AccumulatorState {
+            AccumulatorState::default()
+        }
+        fn import(&mut self, _: AccumulatorState, _: Vec<Record>) -> Result<(), OpError> {
+            Ok(())
+        }
+        fn watches_next_stage(&self) -> bool {
+            true
+        }
+        fn next_stage_out(&mut self, _: &Record) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Holds records and lets them out three at a time.
+    struct Threes(Vec<Record>);
+
+    impl Accumulator for Threes {
+        fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+            self.0.push(record);
+            if self.0.len() == 3 {
+                out.append(&mut self.0);
+            }
+            Ok(())
+        }
+        fn export(&self) -> AccumulatorState {
+            AccumulatorState::default()
+        }
+        fn import(&mut self, _: AccumulatorState, _: Vec<Record>) -> Result<(), OpError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_watching_accumulator_sees_what_the_next_stage_emits_and_the_last_one_sees_nothing() {
+        let (first, last) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let mut run = lane();
+        run.accs =
+            vec![Box::new(Watcher(first.clone())), Box::new(Threes(Vec::new())), Box::new(Watcher(last.clone()))];
+        run.watches_next = run.accs.iter().map(|a| a.watches_next_stage()).collect();
+        run.scratch = (0..3).map(|_| Vec::new()).collect();
+        run.accumulate(big_unit(), u64::MAX);
+        let seen = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(seen(&first), 999, "1,001 records in, 333 threes out; 2 still held");
+        assert_eq!(run.rows_emitted, 999);
+        assert_eq!(seen(&last), 0, "the last stage has no next one");
     }
 
     #[test]

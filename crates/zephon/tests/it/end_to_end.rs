@@ -1,30 +1,14 @@
 //! The text pipeline end to end on the real corpora with the real GPT-2 tokenizer.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use zephon::lane_core::Record;
-use zephon::{Digest, Loader, Spec, Value, step_fingerprint};
+use zephon::{Digest, Loader, Value, step_fingerprint};
 
 use crate::*;
 
 fn pack(algorithm: &str, seq_len: usize, bins: usize) -> String {
     format!("\n[pack]\nalgorithm = \"{algorithm}\"\nseq_len = {seq_len}\nbins = {bins}\npad_id = 50256\n")
-}
-
-fn loaders(spec: &Spec, w: u32, threads: usize, resume: Option<&Path>) -> Vec<Loader> {
-    (0..w)
-        .map(|r| {
-            let mut exec = spec.exec();
-            exec.threads = threads;
-            let p = spec.pipeline().unwrap().exec(exec);
-            let t = spec.topology(w, r).unwrap();
-            match resume {
-                Some(d) => p.restore(t, d).unwrap(),
-                None => p.build(t).unwrap(),
-            }
-        })
-        .collect()
 }
 
 /// Global fingerprints of the next `n` steps of all ranks, plus the rows seen.
@@ -187,19 +171,7 @@ fn fill_of_wrap_first_fit_and_best_fit_at_2048() {
 #[test]
 fn best_fit_fills_rows_of_very_short_documents() {
     let dir = tmp();
-    let src = zephon_testkit::testdata().join("corpora/a/jsonl/part-00000.jsonl");
-    let lines: Vec<String> = std::fs::read_to_string(&src)
-        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
-        .lines()
-        .flat_map(|l| {
-            let text = serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_string();
-            text.lines().map(str::trim).filter(|s| (20..80).contains(&s.len())).map(str::to_string).collect::<Vec<_>>()
-        })
-        .map(|t| serde_json::json!({ "text": t }).to_string())
-        .take(20_000)
-        .collect();
-    assert!(lines.len() > 10_000, "{} short lines", lines.len());
-    let data = write(dir.path(), "short.jsonl", &(lines.join("\n") + "\n"));
+    let data = one_line_documents(dir.path(), 20..80, 20_000);
     let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
     let spec = parse(&format!(
         "lanes = 2\nrows_per_step = 4\n[[dataset]]\nname = \"short\"\npath = \"{}\"\nweight = 1.0\n\

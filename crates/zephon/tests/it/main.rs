@@ -3,6 +3,7 @@
 mod end_to_end;
 mod hardening;
 mod pretokenized;
+mod shares;
 mod spec;
 
 use std::path::{Path, PathBuf};
@@ -55,4 +56,41 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
+}
+
+/// Very short documents: the lines of corpus A whose length in bytes is in `len`, one
+/// document each (at most `most`), in a JSONL file under `dir`.
+pub fn one_line_documents(dir: &Path, len: std::ops::Range<usize>, most: usize) -> PathBuf {
+    let mut lines = Vec::new();
+    for shard in 0..4 {
+        let src = zephon_testkit::testdata().join(format!("corpora/a/jsonl/part-{shard:05}.jsonl"));
+        let text = std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        for l in text.lines() {
+            let doc = serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_string();
+            let picked = doc.lines().map(str::trim).filter(|s| len.contains(&s.len()));
+            lines.extend(picked.map(|t| serde_json::json!({ "text": t }).to_string()));
+        }
+        if lines.len() >= most {
+            break;
+        }
+    }
+    lines.truncate(most);
+    assert!(lines.len() > most / 2, "{} short lines", lines.len());
+    write(dir, "short.jsonl", &(lines.join("\n") + "\n"))
+}
+
+/// One loader per rank of a world of `w`, fresh or resumed from `resume`.
+pub fn loaders(spec: &zephon::Spec, w: u32, threads: usize, resume: Option<&Path>) -> Vec<zephon::Loader> {
+    (0..w)
+        .map(|r| {
+            let mut exec = spec.exec();
+            exec.threads = threads;
+            let p = spec.pipeline().unwrap().exec(exec);
+            let t = spec.topology(w, r).unwrap();
+            match resume {
+                Some(d) => p.restore(t, d).unwrap(),
+                None => p.build(t).unwrap(),
+            }
+        })
+        .collect()
 }

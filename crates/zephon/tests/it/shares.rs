@@ -1,0 +1,148 @@
+//! Token shares where the model sees them: `ensure_mixture` measures them past the packer's
+//! bins, so a dataset never runs ahead of its share by more than L × (slack + seq_len) tokens
+//! at any step, whichever packer and tokenizer path. Long documents (corpus B, ~3,500 tokens)
+//! against one-line ones (~15 tokens), 30 / 70.
+
+use std::path::Path;
+
+use zephon::{Loader, Spec};
+
+use crate::*;
+
+const SLACK: u64 = 4096;
+const SEQ_LEN: u64 = 1024;
+
+/// A tokenizer file with its end-of-text token and a pad id in its vocabulary.
+struct Tok {
+    file: &'static str,
+    eos: &'static str,
+    pad: u32,
+}
+
+/// The fast path (byte-level BPE of GPT-2) and the `tokenizers` crate (Llama-2's
+/// SentencePiece-style file).
+const TOKENIZERS: [Tok; 2] =
+    [Tok { file: "gpt2", eos: "<|endoftext|>", pad: 50256 }, Tok { file: "llama2", eos: "</s>", pad: 0 }];
+
+fn mix_spec(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> Spec {
+    let data = zephon_testkit::testdata();
+    let shuffle = shuffle.map_or(String::new(), |b| format!("[shuffle]\nbuffer = {b}\n"));
+    parse(&format!(
+        r#"seed = 5
+lanes = {lanes}
+rows_per_step = 16
+
+[[dataset]]
+name = "long"
+path = "{long}"
+share = 0.3
+
+[[dataset]]
+name = "short"
+path = "{short}"
+share = 0.7
+
+[source]
+chunk_size = 64
+
+[tokenize]
+tokenizer = "{tokenizer}"
+eos = "{eos}"
+
+[ensure_mixture]
+slack_tokens = {SLACK}
+
+[pack]
+algorithm = "{algorithm}"
+seq_len = {SEQ_LEN}
+pad_id = {pad}
+
+{shuffle}
+[run]
+threads = 2
+"#,
+        long = data.join("corpora/b/jsonl").display(),
+        short = short.display(),
+        tokenizer = data.join(format!("tokenizers/{}/tokenizer.json", tok.file)).display(),
+        eos = tok.eos,
+        pad = tok.pad,
+    ))
+}
+
+/// After each of `steps` steps of `loaders` (all ranks), how far each dataset is ahead of
+/// its share of all tokens delivered so far; and the global step fingerprints.
+fn ahead_by_step(loaders: &mut [Loader], steps: u64, shares: [f64; 2]) -> (Vec<[f64; 2]>, Vec<zephon::Digest>) {
+    let mut tokens = [0u64; 2];
+    let mut ahead = Vec::new();
+    let mut prints = Vec::new();
+    for _ in 0..steps {
+        let mut digests = Vec::new();
+        for l in loaders.iter_mut() {
+            let step = l.next_step().unwrap().unwrap();
+            for row in step.rows() {
+                for f in row.lineage().fragments() {
+                    tokens[f.sample.dataset as usize] += u64::from(f.len());
+                }
+            }
+            digests.extend(step.lane_digests().map(|x| x.1));
+        }
+        let total = (tokens[0] + tokens[1]) as f64;
+        ahead.push([0, 1].map(|d| tokens[d] as f64 - shares[d] * total));
+        prints.push(zephon::step_fingerprint(&digests));
+    }
+    (ahead, prints)
+}
+
+fn worst(ahead: &[[f64; 2]]) -> f64 {
+    ahead.iter().flatten().fold(0.0f64, |m, &a| m.max(a))
+}
+
+/// Without a shuffle after the packer, the packer's rows are the pipeline's output: the bound
+/// holds at every step on every packer, on both tokenizer paths, at 1 and 4 lanes.
+#[test]
+fn no_dataset_runs_ahead_of_its_share_by_more_than_the_bound_at_any_step() {
+    let dir = tmp();
+    let short = one_line_documents(dir.path(), 20..200, 200_000);
+    let mut seen = Vec::new();
+    for tok in &TOKENIZERS {
+        for algorithm in ["wrap", "first_fit", "best_fit"] {
+            for lanes in [1, 4] {
+                let spec = mix_spec(&short, tok, lanes, algorithm, None);
+                let (ahead, _) = ahead_by_step(&mut loaders(&spec, 1, 2, None), 120, [0.3, 0.7]);
+                let bound = f64::from(lanes) * (SLACK + SEQ_LEN) as f64;
+                let at = ahead.iter().position(|a| a.iter().any(|&x| x > bound));
+                seen.push(format!("{} {algorithm} L={lanes}: {:.0} of {bound}", tok.file, worst(&ahead)));
+                assert!(at.is_none(), "{}: ahead {:?} at step {at:?}", seen.last().unwrap(), at.map(|i| ahead[i]));
+            }
+        }
+    }
+    println!("most tokens a dataset ran ahead of its share, at any step:\n{}", seen.join("\n"));
+}
+
+/// With a shuffle buffer of 64 rows after the packer (the usual pipeline), its random order
+/// moves each lane's shares by a few rows' worth of tokens around the packer's. At 16 lanes
+/// the bound holds at every step; the ensure_mixture state (what the packer emitted) is in
+/// the checkpoint: a run resumed on another world size delivers the same steps.
+#[test]
+fn after_a_shuffle_buffer_the_bound_holds_at_16_lanes_and_across_a_resume() {
+    let dir = tmp();
+    let short = one_line_documents(dir.path(), 20..200, 200_000);
+    let tok = &TOKENIZERS[0];
+    for algorithm in ["wrap", "first_fit", "best_fit"] {
+        let spec = mix_spec(&short, tok, 16, algorithm, Some(64));
+        let (ahead, prints) = ahead_by_step(&mut loaders(&spec, 1, 2, None), 120, [0.3, 0.7]);
+        let bound = 16.0 * (SLACK + SEQ_LEN) as f64;
+        println!("{algorithm} L=16 with a shuffle: at most {:.0} tokens ahead (bound {bound})", worst(&ahead));
+        assert!(worst(&ahead) <= bound, "{algorithm}: {:.0} > {bound}", worst(&ahead));
+        if algorithm == "best_fit" {
+            let ckpt = tmp();
+            let mut two = loaders(&spec, 2, 1, None);
+            let (_, head) = ahead_by_step(&mut two, 50, [0.3, 0.7]);
+            two.iter().for_each(|l| {
+                l.checkpoint(ckpt.path()).unwrap();
+            });
+            let (_, tail) = ahead_by_step(&mut loaders(&spec, 4, 2, Some(ckpt.path())), 70, [0.3, 0.7]);
+            assert_eq!([head, tail].concat(), prints, "W=2 to step 50, resumed on W=4");
+        }
+    }
+}
