@@ -77,7 +77,10 @@ struct Phase {
 /// (g+1)·T (found by binary search over the closed-form draw counts: a seek costs O(log n)).
 /// Lane l's n-th chunk is chunk
 /// `n·L + π_n(l)`, where π_n is a seeded permutation of the lanes: each block of L chunks goes
-/// one to each lane, and any lane finds its n-th chunk in O(1), whatever L.
+/// one to each lane, and any lane finds its n-th chunk in O(1), whatever L. When a finite
+/// stream's last block has fewer than L chunks, that stretch is cut again into L pieces of
+/// equal estimated tokens, piece π_n(l) for lane l: every lane draws the same number of
+/// chunks, and the lanes end closer together.
 pub struct MixtureSource {
     config: SourceConfig,
     names: Vec<String>,
@@ -190,7 +193,12 @@ impl MixtureSource {
         if let Some(total) = self.total {
             hi = hi.min(total);
         }
-        let mut lo = 0u64;
+        self.first_reaching(target, 0, hi)
+    }
+
+    /// The first position in `lo..=hi` whose estimated tokens before it reach `target` (`hi`
+    /// if none does before it).
+    fn first_reaching(&self, target: u128, mut lo: u64, mut hi: u64) -> u64 {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if self.tokens_before(mid) >= target {
@@ -200,6 +208,31 @@ impl MixtureSource {
             }
         }
         lo
+    }
+
+    /// The positions of lane chunk `g` (dealt as the `n`-th chunk of a lane of `lanes`) when
+    /// it is in the last block of a finite stream and that block is partial: the stretch
+    /// from the block's start to the end is cut into `lanes` pieces of equal estimated
+    /// tokens, piece `g - block start` for this lane. Dealt whole, some lanes would draw one
+    /// chunk more than others at the end of the data, and under `tail = "drop"` the run
+    /// ends with the first lane. `None` for every other chunk.
+    fn last_block_piece(&self, lanes: u32, n: u64, g: u64) -> Option<(u64, u64)> {
+        let (total, chunks) = (self.total?, self.chunks()?);
+        let lanes = u64::from(lanes);
+        if chunks % lanes == 0 || n != chunks / lanes {
+            return None;
+        }
+        let first = n.checked_mul(lanes)?;
+        let start = self.chunk_start(first).min(total);
+        let (before, tokens) = (self.tokens_before(start), self.tokens_before(total));
+        let stretch = tokens.saturating_sub(before);
+        let bound = |i: u64| match i {
+            0 => start,
+            i if i >= lanes => total,
+            i => self.first_reaching(before + stretch * u128::from(i) / u128::from(lanes), start, total),
+        };
+        let i = g.checked_sub(first)?;
+        Some((bound(i), bound(i + 1)))
     }
 
     /// Number of positions in the stream, if it ends.
@@ -234,6 +267,11 @@ impl MixtureSource {
             Some(t) => next.min(t),
             None => next,
         };
+        Some(self.chunk_of(g, start, end))
+    }
+
+    /// Chunk `g` holding the samples at positions `start..end`.
+    fn chunk_of(&self, g: u64, start: u64, end: u64) -> Chunk {
         let mut samples = Vec::with_capacity((end - start).min(1 << 20) as usize);
         let mut owners = Vec::new();
         let mut p = start;
@@ -254,7 +292,7 @@ impl MixtureSource {
             }
             p = upto;
         }
-        Some(Chunk { index: g, samples })
+        Chunk { index: g, samples }
     }
 
     /// The global chunk index of lane `lane`'s `n`-th chunk with `lanes` lanes.
@@ -315,17 +353,24 @@ fn plan_phases(m: &[u64], budgets: &[Option<u64>], policy: Exhaustion) -> (Vec<P
 
 impl WorkSource for MixtureSource {
     fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> std::result::Result<Option<Chunk>, String> {
-        Ok(self.global_chunk(self.deal(lane, lanes, n)))
+        let g = self.deal(lane, lanes, n);
+        Ok(match self.last_block_piece(lanes, n, g) {
+            Some((start, end)) => Some(self.chunk_of(g, start, end)),
+            None => self.global_chunk(g),
+        })
     }
 
     fn fingerprint(&self) -> String {
         let datasets: Vec<String> = self.names.iter().zip(&self.m).map(|(n, m)| format!("{n}:{m}")).collect();
-        let row_tokens = match self.config.chunk_tokens {
-            Some(_) => format!(", row_tokens={:?}", self.row_tokens),
-            None => String::new(),
+        // Both cut the chunks: the estimates by tokens, and the even last block of a finite
+        // stream by estimated tokens (bytes per row unless estimates were given).
+        let row_tokens = match (self.config.chunk_tokens, self.total) {
+            (Some(_), _) | (None, Some(_)) => format!(", row_tokens={:?}", self.row_tokens),
+            (None, None) => String::new(),
         };
+        let last_block = if self.total.is_some() { ", last_block=even" } else { "" };
         format!(
-            "mixture(datasets=[{}], config={}{row_tokens})",
+            "mixture(datasets=[{}], config={}{row_tokens}{last_block})",
             datasets.join(","),
             serde_json::to_string(&self.config).unwrap_or_default()
         )

@@ -156,3 +156,59 @@ fn bad_settings_are_errors() {
     let e = MixtureSource::new(&m, &[1.0], c).err().unwrap().to_string();
     assert!(e.contains("2 datasets but 1 weights"), "{e}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// With finite data, every lane draws the same number of chunks: a partial last block is
+    /// cut into one piece per lane, of equal estimated tokens within two rows. The lanes still
+    /// cover the stream, each position once.
+    #[test]
+    fn a_partial_last_block_is_cut_into_one_even_piece_per_lane(
+        rows in prop::collection::vec(1u64..400, 1..4),
+        row_tokens in prop::collection::vec(1.0f64..3000.0, 3),
+        seed in any::<u64>(),
+        lanes in 1u32..20,
+        by_tokens in any::<bool>(),
+        chunk in 1u64..5000,
+        redistribute in any::<bool>(),
+    ) {
+        use zephon_core::{Lane, WorkSource};
+        let m = synthetic(&rows);
+        let weights: Vec<f64> = (0..rows.len()).map(|i| 1.0 + ((seed >> (i * 8)) & 0xff) as f64).collect();
+        let exhaustion = if redistribute { Exhaustion::Redistribute } else { Exhaustion::Stop };
+        let config = if by_tokens {
+            SourceConfig { seed, chunk_tokens: Some(chunk), exhaustion, ..Default::default() }
+        } else {
+            SourceConfig { seed, chunk_size: (chunk % 300 + 1) as u32, exhaustion, ..Default::default() }
+        };
+        let cost = &row_tokens[..rows.len()];
+        let source = MixtureSource::new(&m, &weights, config).unwrap().with_row_tokens(cost).unwrap();
+        let tokens = |c: &zephon_core::Chunk| -> u64 { c.samples.iter().map(|s| cost[s.dataset as usize].round().max(1.0) as u64).sum() };
+        let mut per_lane = Vec::new();
+        let mut stream = Vec::new();
+        for l in 0..lanes {
+            let mut n = 0;
+            let mut last = None;
+            while let Some(c) = source.chunk(Lane(l), lanes, n).unwrap() {
+                last = Some(tokens(&c));
+                stream.extend(c.samples);
+                n += 1;
+            }
+            per_lane.push((n, last));
+        }
+        let chunks = source.chunks().unwrap();
+        let blocks = chunks.div_ceil(u64::from(lanes));
+        prop_assert!(per_lane.iter().all(|&(n, _)| n == blocks), "{:?} for {} chunks", per_lane, chunks);
+        if chunks % u64::from(lanes) != 0 {
+            let last: Vec<u64> = per_lane.iter().filter_map(|&(_, t)| t).collect();
+            let biggest = cost.iter().map(|c| c.round().max(1.0) as u64).max().unwrap_or(1);
+            let (lo, hi) = (*last.iter().min().unwrap(), *last.iter().max().unwrap());
+            // Each cut lands within one row after the even split point.
+            prop_assert!(hi - lo <= 2 * biggest, "last pieces {:?}", last);
+        }
+        let mut expected: Vec<_> = (0..chunks).flat_map(|g| source.global_chunk(g).unwrap().samples).collect();
+        expected.sort();
+        stream.sort();
+        prop_assert_eq!(stream, expected);
+    }
+}

@@ -280,11 +280,12 @@ fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
 }
 
 /// A long-document dataset (~1,200 tokens each) and a short one (~4), one pass each: once the
-/// short one is used up, chunks of 8 samples are 8 long documents, and the lane that draws
-/// the one chunk of the last, incomplete block runs ~35 rows past the other, which `drop`
-/// loses (38 rows). Chunks of ~2048 estimated tokens keep the lanes within about one chunk
-/// (10 rows). What remains is not bounded by one step: each chunk boundary falls between
-/// whole documents, and those roundings add up per lane.
+/// short one is used up, chunks of 8 samples are 8 long documents. Dealt whole, the one chunk
+/// of the last, incomplete block made its lane run ~35 rows past the other, which `drop` lost
+/// (38 rows); the last block is now cut into one piece per lane of equal estimated tokens.
+/// Chunks of ~2048 estimated tokens keep the lanes within about one chunk (10 rows) too.
+/// What remains is not bounded by one step: each chunk boundary falls between whole
+/// documents, and estimates miss the spread of document lengths; those add up per lane.
 #[test]
 fn chunks_by_estimated_tokens_keep_lanes_together_at_the_end_of_the_data() {
     let dir = tmp();
@@ -301,10 +302,9 @@ fn chunks_by_estimated_tokens_keep_lanes_together_at_the_end_of_the_data() {
     let (all_rows, by_rows, _) = lost("chunk_size = 8");
     let (all_tokens, by_tokens, report) = lost("chunk_tokens = 2048");
     assert!(all_rows.abs_diff(all_tokens) <= 2, "the same data, cut differently: {all_rows} against {all_tokens} rows");
-    assert!(by_rows >= 15, "chunks of 8 samples: drop left out {by_rows} of {all_rows} rows");
-    assert!(
-        by_tokens <= (2048 + 1700) / 256 + 2,
-        "chunks of 2048 tokens: drop left out {by_tokens} of {all_tokens} rows (chunks of 8: {by_rows})"
-    );
+    println!("drop left out {by_rows} of {all_rows} rows (chunks of 8), {by_tokens} of {all_tokens} (of 2048 tokens)");
+    for (lost, all, how) in [(by_rows, all_rows, "8 samples"), (by_tokens, all_tokens, "2048 tokens")] {
+        assert!(lost <= (2048 + 1700) / 256 + 2, "chunks of {how}: drop left out {lost} of {all} rows");
+    }
     assert!(report.lines().join("\n").contains("tokens"), "{report:?}");
 }
