@@ -199,7 +199,7 @@ proptest! {
         let chunks = source.chunks().unwrap();
         let blocks = chunks.div_ceil(u64::from(lanes));
         prop_assert!(per_lane.iter().all(|&(n, _)| n == blocks), "{:?} for {} chunks", per_lane, chunks);
-        if chunks % u64::from(lanes) != 0 {
+        if !chunks.is_multiple_of(u64::from(lanes)) {
             let last: Vec<u64> = per_lane.iter().filter_map(|&(_, t)| t).collect();
             let biggest = cost.iter().map(|c| c.round().max(1.0) as u64).max().unwrap_or(1);
             let (lo, hi) = (*last.iter().min().unwrap(), *last.iter().max().unwrap());
