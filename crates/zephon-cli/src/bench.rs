@@ -32,6 +32,9 @@ struct BenchReport {
     tokens_per_s_overall: f64,
     /// Non-pad tokens / token positions of the delivered rows (1.0 = rows without padding).
     fill: f64,
+    /// Tokens per dataset in the fresh run, their shares, the targets and how far each ran
+    /// ahead of its share at worst (the step-by-step series is in `run --report`).
+    shares: Vec<crate::run::ShareReport>,
     /// Thread time per part of the pipeline in the fresh run (reading, each operator, digests,
     /// snapshots), summed over threads, and its share of threads × wall time.
     time_by_stage: Vec<StageShare>,
@@ -151,6 +154,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
         tokens_per_s: a.tokens_per_s,
         tokens_per_s_overall: a.tokens_per_s_overall,
         fill: a.fill,
+        shares: a.shares.iter().map(|d| crate::run::ShareReport { ahead_by_step: Vec::new(), ..d.clone() }).collect(),
         time_by_stage: a
             .time_by_stage
             .iter()

@@ -160,6 +160,16 @@ fn explain_and_inspect_describe_the_run() {
     let by_dataset: u64 = shares.iter().map(|d| d["tokens"].as_u64().unwrap()).sum();
     assert_eq!(by_dataset, tokens, "every delivered token is counted once, by its dataset: {r}");
     assert!(shares.iter().all(|d| d["target"].as_f64() == Some(0.5)), "{r}");
+    // After every step, how far each dataset was ahead; the two mirror each other (50 / 50),
+    // and the worst is the largest of them.
+    for d in shares {
+        let ahead: Vec<i64> = d["ahead_by_step"].as_array().unwrap().iter().map(|a| a.as_i64().unwrap()).collect();
+        assert_eq!(ahead.len(), 4, "{r}");
+        assert_eq!(d["max_excess_tokens"].as_i64().unwrap(), ahead.iter().copied().max().unwrap().max(0), "{r}");
+    }
+    let (a, b) = (&shares[0]["ahead_by_step"], &shares[1]["ahead_by_step"]);
+    let mirrored = (0..4).all(|i| (a[i].as_i64().unwrap() + b[i].as_i64().unwrap()).abs() <= 1);
+    assert!(mirrored, "{r}");
     let parts: Vec<&str> = r["time_by_stage"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(parts, ["read", "tokenize", "ensure_mixture", "pack", "shuffle", "digest", "snapshot"], "{r}");
 }
