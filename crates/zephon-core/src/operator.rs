@@ -90,6 +90,9 @@ pub struct LaneContext {
 ///   reaches the consumer only under [`crate::Tail::Partial`] if it does not fill a step.
 /// - [`Accumulator::rebuild`] only on restore, and only when a later accumulator holds records
 ///   this one emitted.
+/// - [`Accumulator::next_stage_out`] only for an accumulator that asks for it
+///   ([`Accumulator::watches_next_stage`]), with every record the next accumulator stage of
+///   its lane emits: the one path by which an accumulator learns what happened after it.
 pub trait Operator: Send + Sync + 'static {
     /// A short name for plans and errors (`tokenize`, `pack`).
     fn name(&self) -> &str;
