@@ -152,6 +152,11 @@ impl Tokenize {
     pub fn eos_id(&self) -> Option<u32> {
         self.eos.as_ref().map(|e| e.1)
     }
+
+    /// How many tokens every document gets that are not in its text (BOS and EOS).
+    pub fn tokens_added(&self) -> usize {
+        usize::from(self.bos.is_some()) + usize::from(self.eos.is_some())
+    }
 }
 
 impl Operator for Tokenize {

@@ -37,9 +37,10 @@ impl Assembled {
             if let Some(e) = self.estimates.as_ref().and_then(|e| e.get(i)) {
                 let _ = writeln!(
                     s,
-                    "       estimate: {:.1} bytes/row × {:.4} tokens/byte = {:.1} tokens/row ({} rows measured, {} windows tokenized)",
+                    "       estimate: {:.1} bytes/row × {:.4} tokens/byte + {} added = {:.1} tokens/row ({} rows measured, {} windows tokenized)",
                     e.bytes_per_row,
                     e.tokens_per_byte,
+                    e.added_per_row,
                     e.tokens_per_row(),
                     e.rows_measured,
                     e.rows_tokenized

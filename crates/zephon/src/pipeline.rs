@@ -362,9 +362,14 @@ impl Pipeline {
                     ));
                     hex::encode(&h.finalize()[..16])
                 };
+                let added = t.tokens_added() as f64;
+                let with_added = |mut estimates: Vec<TokenEstimate>| {
+                    estimates.iter_mut().for_each(|e| e.added_per_row = added);
+                    estimates
+                };
                 let cache = estimate_cache_dir().join(format!("{key}.json"));
                 if let Some(saved) = std::fs::read(&cache).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
-                    return Ok(saved);
+                    return Ok(with_added(saved));
                 }
                 cfg.threads = self.exec.threads.max(1);
                 let count = move |s: &str| tokenizer.count(s);
@@ -376,7 +381,7 @@ impl Pipeline {
                         .and_then(|_| std::fs::write(&tmp, json))
                         .and_then(|_| std::fs::rename(&tmp, &cache));
                 }
-                return Ok(estimates);
+                return Ok(with_added(estimates));
             }
         }
         let _ = datasets;

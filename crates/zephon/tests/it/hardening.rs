@@ -283,9 +283,11 @@ fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
 /// short one is used up, chunks of 8 samples are 8 long documents. Dealt whole, the one chunk
 /// of the last, incomplete block made its lane run ~35 rows past the other, which `drop` lost
 /// (38 rows); the last block is now cut into one piece per lane of equal estimated tokens.
-/// Chunks of ~2048 estimated tokens keep the lanes within about one chunk (10 rows) too.
-/// What remains is not bounded by one step: each chunk boundary falls between whole
-/// documents, and estimates miss the spread of document lengths; those add up per lane.
+/// Chunks of ~2048 estimated tokens keep the lanes within a chunk or two (10 rows, 19 once
+/// the estimates counted each document's EOS and the cuts moved). What remains is not bounded
+/// by one step: each chunk boundary falls between whole documents (a chunk holds one or two
+/// of these ~1,200-token ones), and estimates miss the spread of document lengths; those add
+/// up per lane.
 #[test]
 fn chunks_by_estimated_tokens_keep_lanes_together_at_the_end_of_the_data() {
     let dir = tmp();
@@ -304,7 +306,7 @@ fn chunks_by_estimated_tokens_keep_lanes_together_at_the_end_of_the_data() {
     assert!(all_rows.abs_diff(all_tokens) <= 2, "the same data, cut differently: {all_rows} against {all_tokens} rows");
     println!("drop left out {by_rows} of {all_rows} rows (chunks of 8), {by_tokens} of {all_tokens} (of 2048 tokens)");
     for (lost, all, how) in [(by_rows, all_rows, "8 samples"), (by_tokens, all_tokens, "2048 tokens")] {
-        assert!(lost <= (2048 + 1700) / 256 + 2, "chunks of {how}: drop left out {lost} of {all} rows");
+        assert!(lost <= (2 * 2048 + 1700) / 256 + 2, "chunks of {how}: drop left out {lost} of {all} rows");
     }
     assert!(report.lines().join("\n").contains("tokens"), "{report:?}");
 }

@@ -1,7 +1,8 @@
 //! Token shares where the model sees them: `ensure_mixture` measures them past the packer's
 //! bins, so a dataset never runs ahead of its share by more than L × (slack + seq_len) tokens
 //! at any step, whichever packer and tokenizer path. Long documents (corpus B, ~3,500 tokens)
-//! against one-line ones (~15 tokens), 30 / 70.
+//! against one-line ones (~15 tokens), 30 / 70. And the plan's token estimates count what
+//! tokenize adds to every document.
 
 use std::path::Path;
 
@@ -145,4 +146,31 @@ fn after_a_shuffle_buffer_the_bound_holds_at_16_lanes_and_across_a_resume() {
             assert_eq!([head, tail].concat(), prints, "W=2 to step 50, resumed on W=4");
         }
     }
+}
+
+/// The plan counts the EOS that tokenize appends to every document: on one-line documents
+/// (~15 tokens) it is 7 % of the tokens, which the text alone does not show.
+#[test]
+fn token_estimates_count_the_tokens_tokenize_adds_to_every_document() {
+    let dir = tmp();
+    let short = one_line_documents(dir.path(), 20..200, 200_000);
+    let spec = mix_spec(&short, &TOKENIZERS[0], 1, "wrap", None);
+    let loader = loaders(&spec, 1, 1, None).remove(0);
+    let estimate = loader.token_estimates().unwrap()[1].clone();
+    assert_eq!(estimate.added_per_row, 1.0, "{estimate:?}");
+    let tokenizer =
+        zephon::Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json")).unwrap();
+    let text = std::fs::read_to_string(&short).unwrap();
+    let docs: Vec<&str> = text.lines().step_by(20).collect();
+    let tokens: usize = docs
+        .iter()
+        .map(|l| {
+            let doc = serde_json::from_str::<serde_json::Value>(l).unwrap();
+            tokenizer.encode(doc["text"].as_str().unwrap()).unwrap().len() + 1
+        })
+        .sum();
+    let actual = tokens as f64 / docs.len() as f64;
+    let off = estimate.tokens_per_row() / actual - 1.0;
+    println!("one-line documents: estimated {:.2} tokens per row, measured {actual:.2}", estimate.tokens_per_row());
+    assert!(off.abs() < 0.03, "estimated {:.2} tokens per row, measured {actual:.2}", estimate.tokens_per_row());
 }
