@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The edges of a mixture on real data: long documents (corpus B, ~3,500 tokens) against
+# one-line documents (lines of corpus A, ~16 tokens), token shares 30 / 70, GPT-2, rows of
+# 1024, 16 rows per global step.
+#
+# 1. Token shares at every step with ensure_mixture (slack 4096): the most tokens a dataset
+#    ran ahead of its share over STEPS steps, against the bound L × (slack + seq_len), for
+#    L = 1, 4, 8, 16, wrap and best-fit, with and without a 64-row shuffle after the packer,
+#    over SEEDS seeds.
+# 2. One pass under tail = "drop": the tokens left out, against tail = "partial", for
+#    redistribute and stop, chunks of 64 samples, 65,536 and 8,192 estimated tokens, 8 lanes.
+#
+#   bash benches/mixture_edges.sh [STEPS] [SEEDS]     (default 200 steps, 2 seeds)
+#
+# Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), ZEPHON_BIN.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STEPS=${1:-200}
+SEEDS=${2:-2}
+DATA=${ZEPHON_TESTDATA:-$HOME/.cache/zephon-testdata}
+BIN=${ZEPHON_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/zephon}
+(cd "$REPO" && bash scripts/fetch-testdata.sh && cargo build --release -q -p zephon-cli)
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/short"
+python3 - "$DATA" "$TMP/short/part-0.jsonl" <<'EOF'
+import glob, json, sys
+with open(sys.argv[2], "w") as out:
+    for f in sorted(glob.glob(sys.argv[1] + "/corpora/a/jsonl/*.jsonl")):
+        for line in open(f):
+            for l in json.loads(line)["text"].split("\n"):
+                l = l.strip()
+                if 20 <= len(l) <= 200:
+                    out.write(json.dumps({"text": l}) + "\n")
+EOF
+
+spec() { # seed lanes algorithm shuffle(0|1) chunks exhaustion tail ensure(0|1)
+    cat <<SPEC
+seed = $1
+lanes = $2
+rows_per_step = 16
+[[dataset]]
+name = "long"
+path = "$DATA/corpora/b/jsonl"
+share = 0.3
+[[dataset]]
+name = "short"
+path = "$TMP/short"
+share = 0.7
+[source]
+$5
+order = "shuffled"
+exhaustion = "$6"
+passes = 1
+[tokenize]
+tokenizer = "$DATA/tokenizers/gpt2/tokenizer.json"
+eos = "<|endoftext|>"
+$([ "$8" = 1 ] && printf '[ensure_mixture]\nslack_tokens = 4096\n')
+[pack]
+algorithm = "$3"
+seq_len = 1024
+pad_id = 50256
+$([ "$4" = 1 ] && printf '[shuffle]\nbuffer = 64\n')
+[run]
+threads = 2
+tail = "$7"
+SPEC
+}
+
+field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+echo "== worst tokens ahead of the share / bound L x (4096 + 1024), $STEPS steps, seeds 1..$SEEDS"
+printf '%-10s %-9s %4s  %s\n' algorithm shuffle L "ratio per seed"
+for shuffle in 0 1; do
+    for algorithm in wrap best_fit; do
+        for lanes in 1 4 8 16; do
+            ratios=""
+            for seed in $(seq 1 "$SEEDS"); do
+                spec "$seed" "$lanes" "$algorithm" "$shuffle" "chunk_size = 64" repeat drop 1 > "$TMP/s.toml"
+                "$BIN" run --spec "$TMP/s.toml" --steps "$STEPS" --quiet --report "$TMP/r.json" 2>/dev/null
+                worst=$(field "$TMP/r.json" "max(d['max_excess_tokens'] for d in r['shares'])")
+                ratios="$ratios $(python3 -c "print(f'{$worst / ($lanes * 5120):.2f}')")"
+            done
+            printf '%-10s %-9s %4s %s\n' "$algorithm" "$([ $shuffle = 1 ] && echo 64-rows || echo none)" "$lanes" "$ratios"
+        done
+    done
+done
+
+echo "== one pass, 8 lanes, best-fit, a 64-row shuffle: tokens tail = drop leaves out"
+for exhaustion in redistribute stop; do
+    for chunks in "chunk_size = 64" "chunk_tokens = 65536" "chunk_tokens = 8192"; do
+        spec 7 8 best_fit 1 "$chunks" "$exhaustion" partial 0 > "$TMP/p.toml"
+        spec 7 8 best_fit 1 "$chunks" "$exhaustion" drop 0 > "$TMP/d.toml"
+        "$BIN" run --spec "$TMP/p.toml" --quiet --report "$TMP/p.json" 2>/dev/null
+        "$BIN" run --spec "$TMP/d.toml" --quiet --report "$TMP/d.json" 2>/dev/null
+        all=$(field "$TMP/p.json" "r['tokens']")
+        kept=$(field "$TMP/d.json" "r['tokens']")
+        steps=$(field "$TMP/d.json" "r['steps']")
+        python3 -c "all,kept,steps=$all,$kept,$steps; print(f'$exhaustion, ${chunks}: {100*(all-kept)/all:.2f} % of {all/1e6:.1f} M tokens = {(all-kept)/(kept/steps):.1f} steps')"
+    done
+done
