@@ -1,4 +1,4 @@
-//! ensure_mixture: keeps the token shares of a lane's output rows on target.
+//! ensure_mixture: keeps the token shares of the rows a lane's packer makes on target.
 
 use std::collections::VecDeque;
 
@@ -66,18 +66,17 @@ impl EnsureMixture {
         })
     }
 
-    /// How many tokens more than its share of a dataset the stages after this one may hold
-    /// for good: about the packer's open bins times the sequence length. Beyond it, tokens
-    /// held downstream count against their dataset as if delivered. Without it (the default)
-    /// only what left the lane counts, and a filling shuffle buffer takes whatever comes.
+    /// How many tokens more than its share of a dataset the next stage (the packer) may hold
+    /// for good: about its open rows times the sequence length. Beyond it, what the packer
+    /// holds counts against its dataset as if it had come out. Without it (the default) only
+    /// what the packer emitted counts. The pipeline builder sets it from the packer.
     pub fn standing_stock(mut self, tokens: u64) -> Self {
         self.stock_tokens = tokens;
         self
     }
 
-    /// The stages after this one keep only the first `tokens` of each document (a packer that
-    /// truncates long documents): count no more of one, or the truncated tokens would look
-    /// held downstream for ever.
+    /// The packer keeps only the first `tokens` of each document (it truncates long ones):
+    /// count no more of one, or the cut tokens would look held by the packer for ever.
     pub fn truncated_to(mut self, tokens: u64) -> Self {
         self.kept_tokens = tokens;
         self
@@ -91,15 +90,19 @@ impl Operator for EnsureMixture {
 
     fn fingerprint(&self) -> String {
         format!(
-            "shares={:?} slack_tokens={} hold={} stock_tokens={} kept_tokens={} field={} measured_at=output",
+            "shares={:?} slack_tokens={} hold={} stock_tokens={} kept_tokens={} field={} measured_at=next_stage",
             self.shares, self.slack_tokens, self.hold, self.stock_tokens, self.kept_tokens, self.field
         )
     }
 
     fn describe(&self) -> String {
         let shares: Vec<String> = self.shares.iter().map(|s| format!("{:.1}%", 100.0 * s)).collect();
+        let stock = match self.stock_tokens {
+            u64::MAX => String::new(),
+            t => format!(" beyond a standing stock of {t} tokens"),
+        };
         format!(
-            "token shares [{}], slack {} tokens, holds up to {} documents per lane",
+            "token shares [{}] of what the next stage emits (what it holds counts{stock}), slack {} tokens, holds up to {} documents per lane",
             shares.join(", "),
             self.slack_tokens,
             self.hold
