@@ -124,15 +124,6 @@ impl Pack {
         };
         (rows as u64).saturating_mul(self.config.seq_len as u64)
     }
-
-    /// How many tokens of a document (or piece) of `n` tokens come out of the packer: all of
-    /// them, or the first `seq_len` under [`LongDocs::Truncate`].
-    pub fn keeps(&self, n: u64) -> u64 {
-        match self.config.long {
-            LongDocs::Split => n,
-            LongDocs::Truncate => n.min(self.config.seq_len as u64),
-        }
-    }
 }
 
 impl Operator for Pack {
