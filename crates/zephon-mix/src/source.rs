@@ -219,7 +219,7 @@ impl MixtureSource {
     fn last_block_piece(&self, lanes: u32, n: u64, g: u64) -> Option<(u64, u64)> {
         let (total, chunks) = (self.total?, self.chunks()?);
         let lanes = u64::from(lanes);
-        if chunks % lanes == 0 || n != chunks / lanes {
+        if chunks.checked_rem(lanes)? == 0 || n != chunks / lanes {
             return None;
         }
         let first = n.checked_mul(lanes)?;

@@ -583,6 +583,8 @@ impl LaneRun {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use super::*;
     use crate::id::SampleId;
     use crate::lineage::{Fragment, Span};
@@ -652,8 +654,6 @@ mod tests {
             }
         }
     }
-
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Passes records on; counts the records the next stage emitted.
     struct Watcher(Arc<AtomicU64>);
