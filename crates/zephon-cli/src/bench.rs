@@ -17,11 +17,14 @@ pub struct BenchArgs {
 
 #[derive(serde::Serialize)]
 struct BenchReport {
-    /// Single-thread tokens/s of the `tokenizers` crate (`encode_fast`) on the spec's text.
+    /// Single-thread tokens/s of the `tokenizers` crate (`encode_fast`) on the spec's text,
+    /// each dataset weighted by the tokens the run delivered from it.
     raw_tokenizers_crate_tokens_per_s: f64,
     /// Single-thread tokens/s of the engine the pipeline uses (zephon-text's fast path for
-    /// byte-level BPE files, else the `tokenizers` crate) on the same text.
+    /// byte-level BPE files, else the `tokenizers` crate) on the same text, weighted alike.
     raw_engine_tokens_per_s: f64,
+    /// The same rates per dataset.
+    raw_by_dataset: Vec<RawRates>,
     /// Worker threads the pipeline ran with.
     threads: usize,
     /// tokens_per_s / (threads × raw_tokenizers_crate_tokens_per_s).
@@ -67,13 +70,22 @@ fn child(args: &[String]) -> Result<RunReport, CliError> {
     serde_json::from_str(&text).map_err(|e| CliError::Verify(format!("{report_path}: not a run report: {e}")))
 }
 
-/// Single-thread tokens/s of the `tokenizers` crate and of the pipeline's engine, on about
-/// `budget` bytes of each dataset's text, taken as every k-th row of every shard (so the text
-/// is like the mixture's).
-fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<(f64, f64), CliError> {
+/// Single-thread tokens/s of the `tokenizers` crate and of the pipeline's engine on one
+/// dataset's text.
+#[derive(serde::Serialize)]
+struct RawRates {
+    dataset: String,
+    tokenizers_crate_tokens_per_s: f64,
+    engine_tokens_per_s: f64,
+}
+
+/// Single-thread tokens/s of the `tokenizers` crate and of the pipeline's engine on about
+/// `budget` bytes of each dataset's text, taken as every k-th row of every shard, one text at
+/// a time (as the tokenize operator calls it).
+fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<Vec<RawRates>, CliError> {
     let t = spec.tokenize.as_ref().ok_or_else(|| CliError::Usage("bench needs a [tokenize] section".into()))?;
     let tokenizer = zephon::Tokenizer::from_file(&spec.resolve(&t.tokenizer)).map_err(zephon::Error::from)?;
-    let mut texts = Vec::new();
+    let mut rates = Vec::new();
     for d in &spec.datasets {
         let ds = zephon::io::open(&d.name, &spec.resolve(&d.path), &Default::default()).map_err(zephon::Error::from)?;
         let datasets = zephon::lane_core::Datasets::new(vec![ds]);
@@ -82,31 +94,45 @@ fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<(f64, f64),
         // Rows per sample so that about `budget` bytes are read, spread over all shards.
         let every = (rows * budget as u64 / bytes).max(1);
         let step = (rows / every).max(1);
-        let mut taken = 0;
+        let mut texts = Vec::new();
         for (s, sh) in m.shards.iter().enumerate() {
             for r in (0..sh.rows).step_by(step as usize) {
                 let rec = datasets.read(&[zephon::SampleId::new(0, s as u32, r)]).remove(0);
                 if let Some(text) =
                     rec.ok().and_then(|r| r.str(d.text_field.as_deref().unwrap_or("text")).map(String::from))
                 {
-                    taken += text.len();
                     texts.push(text);
                 }
             }
         }
-        let _ = taken;
+        let time = |f: &dyn Fn(&str) -> Result<usize, String>| -> Result<f64, CliError> {
+            let start = std::time::Instant::now();
+            let mut tokens = 0;
+            for text in &texts {
+                tokens += f(text).map_err(CliError::Verify)?;
+            }
+            Ok(tokens as f64 / start.elapsed().as_secs_f64())
+        };
+        rates.push(RawRates {
+            dataset: d.name.clone(),
+            tokenizers_crate_tokens_per_s: time(&|s| tokenizer.encode_reference(s).map(|v| v.len()))?,
+            engine_tokens_per_s: time(&|s| tokenizer.count(s))?,
+        });
     }
-    let time = |f: &dyn Fn(&str) -> Result<usize, String>| -> Result<f64, CliError> {
-        let start = std::time::Instant::now();
-        let mut tokens = 0;
-        for text in &texts {
-            tokens += f(text).map_err(CliError::Verify)?;
-        }
-        Ok(tokens as f64 / start.elapsed().as_secs_f64())
-    };
-    let reference = time(&|s| tokenizer.encode_reference(s).map(|v| v.len()))?;
-    let engine = time(&|s| tokenizer.count(s))?;
-    Ok((reference, engine))
+    Ok(rates)
+}
+
+/// The single-thread rate on the run's mix of text: each dataset's rate weighted by the tokens
+/// the run delivered from it (time per token adds up; a plain mean of rates would not).
+fn mixed_rate(rates: &[RawRates], shares: &[crate::run::ShareReport], rate: fn(&RawRates) -> f64) -> f64 {
+    let total: u64 = shares.iter().map(|s| s.tokens).sum();
+    let mut seconds_per_token = 0.0;
+    for r in rates {
+        let tokens = shares.iter().find(|s| s.name == r.dataset).map_or(0, |s| s.tokens);
+        let weight = if total == 0 { 1.0 / rates.len() as f64 } else { tokens as f64 / total as f64 };
+        seconds_per_token += weight / rate(r).max(1e-9);
+    }
+    1.0 / seconds_per_token.max(1e-12)
 }
 
 pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
@@ -144,10 +170,13 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     let spec_parsed = zephon::Spec::from_file(&args.spec)?;
     let threads = args.threads.unwrap_or_else(|| spec_parsed.exec().threads);
     eprintln!("bench: the bare tokenizers on one thread");
-    let (reference, engine) = raw_tokenizer_rates(&spec_parsed, 4 << 20)?;
+    let raw = raw_tokenizer_rates(&spec_parsed, 4 << 20)?;
+    let reference = mixed_rate(&raw, &a.shares, |r| r.tokenizers_crate_tokens_per_s);
+    let engine = mixed_rate(&raw, &a.shares, |r| r.engine_tokens_per_s);
     let out = BenchReport {
         raw_tokenizers_crate_tokens_per_s: reference,
         raw_engine_tokens_per_s: engine,
+        raw_by_dataset: raw,
         threads,
         efficiency_vs_tokenizers_crate: a.tokens_per_s / (threads as f64 * reference),
         efficiency_vs_engine: a.tokens_per_s / (threads as f64 * engine),

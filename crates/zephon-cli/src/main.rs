@@ -19,6 +19,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// The `tokenizers` crate allocates and frees many small objects per text, and batches are freed
+// on another thread than the one that built them: with glibc's malloc, 15 % of a worker's
+// samples were in malloc/free (perf, Llama-2 `tokenizers` path, against 5 % when the same
+// tokenizer runs alone). With mimalloc the pipeline ran 1.3-1.4x as fast on that path and
+// 1.2-1.3x on the GPT-2 fast path, for 60-100 MiB more peak RSS (README, "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// What can go wrong in a command.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
