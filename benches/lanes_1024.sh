@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Lanes as many as rows: L = G = 1024 against L = 8, 1024 rows of 1024 tokens per step, the
 # same shuffle buffer for the whole run (`buffer_total = 32768`, split across the lanes),
-# filling up front and warming up (`warm_up = true`). Prints time to the first batch, the time
-# of 3 steps and the peak RSS of each run. A measurement, not a test.
+# filling up front and warming up (`warm_up = true`). Prints time to the first batch, the time of 3 steps and the peak RSS of
+# each run, ROUNDS times (default 2), alternating. A measurement, not a test.
 #
-#   bash benches/lanes_1024.sh
+#   bash benches/lanes_1024.sh [ROUNDS]
 #
 # Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), ZEPHON_BIN.
 set -euo pipefail
@@ -18,6 +18,7 @@ fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
+for round in $(seq 1 "${1:-2}"); do
 for warm in false true; do
     for lanes in 8 1024; do
         cat >"$TMP/spec.toml" <<EOF
@@ -53,4 +54,5 @@ print(f"L = {sys.argv[2]:>4}, warm_up = {sys.argv[3]:<5}: first batch {r['ttfb_s
       f"3 steps {r['elapsed_s']:5.2f} s, peak RSS {r['peak_rss_bytes'] >> 20:5d} MiB")
 PY
     done
+done
 done
