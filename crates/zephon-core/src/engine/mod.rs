@@ -160,6 +160,7 @@ impl Engine {
                 lanes,
                 progress,
                 queue: VecDeque::new(),
+                ahead: VecDeque::new(),
                 behind: 0,
                 consumed: next_step,
                 in_flight: 0,
@@ -337,11 +338,12 @@ impl Engine {
             g.consumed = s + 1;
             sh.consumed.store(s + 1, std::sync::atomic::Ordering::Release);
             g.count_behind();
+            g.requeue_ahead();
             g.wake_paused(sh);
             for i in 0..sh.slots.len() {
                 g.enqueue(i, sh);
             }
-            if g.idle_workers > 0 && (!g.queue.is_empty() || !g.resumes.is_empty()) {
+            if g.idle_workers > 0 && g.has_work() {
                 sh.work_cv.notify_all();
             }
         }

@@ -125,7 +125,7 @@ impl Shared {
                 }
                 s.enqueue(i, self);
                 let wake_consumer = caught_up && s.behind == 0 && s.consumer_waiting;
-                let wake_workers = (!s.queue.is_empty() || !s.resumes.is_empty()) && s.idle_workers > 0;
+                let wake_workers = s.has_work() && s.idle_workers > 0;
                 drop(s);
                 if wake_workers {
                     self.work_cv.notify_all();
