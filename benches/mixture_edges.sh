@@ -8,16 +8,19 @@
 #    L = 1, 4, 8, 16, wrap and best-fit, with and without a 64-row shuffle after the packer,
 #    over SEEDS seeds.
 # 2. One pass under tail = "drop": the tokens left out, against tail = "partial", for
-#    redistribute and stop, chunks of 64 samples, 65,536 and 8,192 estimated tokens, 8 lanes.
+#    redistribute and stop, chunks of 64 samples, 65,536 and 8,192 estimated tokens, 8 lanes,
+#    the end shared out by counted row tokens, row sizes (the default) and estimates.
 #
 #   bash benches/mixture_edges.sh [STEPS] [SEEDS]     (default 200 steps, 2 seeds)
 #
-# Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), ZEPHON_BIN.
+# Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), ZEPHON_BIN, PARTS (default
+# "12": which of the two parts to run).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STEPS=${1:-200}
 SEEDS=${2:-2}
+PARTS=${PARTS:-12}
 DATA=${ZEPHON_TESTDATA:-$HOME/.cache/zephon-testdata}
 BIN=${ZEPHON_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/zephon}
 (cd "$REPO" && bash scripts/fetch-testdata.sh && cargo build --release -q -p zephon-cli)
@@ -36,7 +39,7 @@ with open(sys.argv[2], "w") as out:
                     out.write(json.dumps({"text": l}) + "\n")
 EOF
 
-spec() { # seed lanes algorithm shuffle(0|1) chunks exhaustion tail ensure(0|1)
+spec() { # seed lanes algorithm shuffle(0|1) chunks exhaustion tail ensure(0|1) [balance]
     cat <<SPEC
 seed = $1
 lanes = $2
@@ -54,6 +57,7 @@ $5
 order = "shuffled"
 exhaustion = "$6"
 passes = 1
+balance = "${9:-row_sizes}"
 [tokenize]
 tokenizer = "$DATA/tokenizers/gpt2/tokenizer.json"
 eos = "<|endoftext|>"
@@ -71,6 +75,7 @@ SPEC
 
 field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
+if [[ $PARTS == *1* ]]; then
 echo "== worst tokens ahead of the share / bound L x (4096 + 1024), $STEPS steps, seeds 1..$SEEDS"
 printf '%-10s %-9s %4s  %s\n' algorithm shuffle L "ratio per seed"
 for shuffle in 0 1; do
@@ -88,16 +93,20 @@ for shuffle in 0 1; do
     done
 done
 
+fi
+[[ $PARTS == *2* ]] || exit 0
 echo "== one pass, 8 lanes, best-fit, a 64-row shuffle: tokens tail = drop leaves out"
+for balance in row_tokens row_sizes estimates; do
 for exhaustion in redistribute stop; do
     for chunks in "chunk_size = 64" "chunk_tokens = 65536" "chunk_tokens = 8192"; do
-        spec 7 8 best_fit 1 "$chunks" "$exhaustion" partial 0 > "$TMP/p.toml"
-        spec 7 8 best_fit 1 "$chunks" "$exhaustion" drop 0 > "$TMP/d.toml"
+        spec 7 8 best_fit 1 "$chunks" "$exhaustion" partial 0 "$balance" > "$TMP/p.toml"
+        spec 7 8 best_fit 1 "$chunks" "$exhaustion" drop 0 "$balance" > "$TMP/d.toml"
         "$BIN" run --spec "$TMP/p.toml" --quiet --report "$TMP/p.json" 2>/dev/null
         "$BIN" run --spec "$TMP/d.toml" --quiet --report "$TMP/d.json" 2>/dev/null
         all=$(field "$TMP/p.json" "r['tokens']")
         kept=$(field "$TMP/d.json" "r['tokens']")
         steps=$(field "$TMP/d.json" "r['steps']")
-        python3 -c "all,kept,steps=$all,$kept,$steps; print(f'$exhaustion, ${chunks}: {100*(all-kept)/all:.2f} % of {all/1e6:.1f} M tokens = {(all-kept)/(kept/steps):.1f} steps')"
+        python3 -c "all,kept,steps=$all,$kept,$steps; print(f'by $balance, $exhaustion, ${chunks}: {100*(all-kept)/all:.2f} % of {all/1e6:.1f} M tokens = {(all-kept)/(kept/steps):.1f} steps')"
     done
+done
 done

@@ -38,13 +38,54 @@ pub struct TokenEstimate {
     /// more than its share of the plan. 0 in estimates saved before it was counted.
     #[serde(default)]
     pub added_per_row: f64,
+    /// Text bytes per row at evenly spaced quantiles of the measured rows (the midpoints of
+    /// [`ROW_QUANTILES`] equal slices): enough of the distribution to tell what truncation keeps.
+    /// Empty in estimates saved before it was measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub row_bytes_quantiles: Vec<f64>,
+    /// The most tokens a row keeps (a tokenizer that truncates long documents), added tokens
+    /// included. Set by the pipeline, like `added_per_row`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens_per_row: Option<f64>,
 }
 
+/// How many quantiles of row length an estimate keeps.
+pub const ROW_QUANTILES: usize = 64;
+
 impl TokenEstimate {
-    /// Expected tokens in one row.
+    /// Expected tokens in one row. With truncation, the mean of what each quantile of row
+    /// length keeps: a dataset of 3,500-token documents cut to 1,024 delivers 1,024 a row,
+    /// and planning it by its whole documents gave it a third of its share.
     pub fn tokens_per_row(&self) -> f64 {
-        self.bytes_per_row * self.tokens_per_byte + self.added_per_row
+        if self.row_bytes_quantiles.is_empty() || self.max_tokens_per_row.is_none() {
+            return self.tokens_in(self.bytes_per_row);
+        }
+        let kept: f64 = self.row_bytes_quantiles.iter().map(|&b| self.tokens_in(b)).sum();
+        kept / self.row_bytes_quantiles.len() as f64
     }
+
+    /// Expected tokens of one row of `bytes` text bytes: what tokenize delivers of it (added
+    /// tokens included, cut where it truncates).
+    pub fn tokens_in(&self, bytes: f64) -> f64 {
+        self.tokens_kept(bytes * self.tokens_per_byte)
+    }
+
+    /// What tokenize delivers of a row whose text is `tokens` tokens: the added tokens with
+    /// it, cut where it truncates.
+    pub fn tokens_kept(&self, tokens: f64) -> f64 {
+        let whole = tokens + self.added_per_row;
+        self.max_tokens_per_row.map_or(whole, |max| whole.min(max))
+    }
+}
+
+/// Text bytes of `lengths` at the midpoints of `ROW_QUANTILES` equal slices.
+fn quantiles(mut lengths: Vec<u64>) -> Vec<f64> {
+    lengths.sort_unstable();
+    let n = lengths.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    (0..ROW_QUANTILES).map(|q| lengths[((2 * q + 1) * n / (2 * ROW_QUANTILES)).min(n - 1)] as f64).collect()
 }
 
 /// How much to sample.
@@ -78,6 +119,8 @@ pub fn declared(manifest: &zephon_core::DatasetManifest, tokens_per_byte: f64) -
         rows_measured: 0,
         rows_tokenized: 0,
         added_per_row: 0.0,
+        row_bytes_quantiles: Vec::new(),
+        max_tokens_per_row: None,
     }
 }
 
@@ -165,6 +208,8 @@ fn estimate_one(
         rows_measured: texts.len() as u64,
         rows_tokenized: picks.len() as u64,
         added_per_row: 0.0,
+        row_bytes_quantiles: quantiles(texts.iter().map(|(_, t)| t.len() as u64).collect()),
+        max_tokens_per_row: None,
     })
 }
 
@@ -235,4 +280,38 @@ pub fn weights_for_token_shares(estimates: &[TokenEstimate], token_shares: &[f64
             Ok(if s > 0.0 { s / per_row } else { 0.0 })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod truncation_tests {
+    use super::*;
+
+    fn estimate(lengths: Vec<u64>, max: Option<f64>) -> TokenEstimate {
+        TokenEstimate {
+            dataset: "d".into(),
+            bytes_per_row: lengths.iter().sum::<u64>() as f64 / lengths.len() as f64,
+            tokens_per_byte: 0.25,
+            rows_measured: lengths.len() as u64,
+            rows_tokenized: 0,
+            added_per_row: 1.0,
+            row_bytes_quantiles: quantiles(lengths),
+            max_tokens_per_row: max,
+        }
+    }
+
+    #[test]
+    fn truncation_keeps_the_mean_of_what_each_row_keeps() {
+        // Half the rows 400 bytes (101 tokens), half 40,000 (10,001): cut to 1,024 tokens a
+        // row keeps on average (101 + 1,024) / 2, not min(mean, 1,024).
+        let lengths: Vec<u64> = (0..1000).map(|i| if i % 2 == 0 { 400 } else { 40_000 }).collect();
+        let e = estimate(lengths.clone(), Some(1024.0));
+        assert!((e.tokens_per_row() - 562.5).abs() < 1.0, "{}", e.tokens_per_row());
+        let whole = estimate(lengths, None);
+        assert!((whole.tokens_per_row() - 5051.0).abs() < 1e-9, "{}", whole.tokens_per_row());
+        // Estimates saved before the quantiles were measured cut the mean row.
+        let old = TokenEstimate { row_bytes_quantiles: Vec::new(), ..e };
+        assert_eq!(old.tokens_per_row(), 1024.0);
+        assert_eq!(quantiles(Vec::new()), Vec::<f64>::new());
+        assert_eq!(quantiles(vec![7]), vec![7.0; ROW_QUANTILES]);
+    }
 }

@@ -37,6 +37,7 @@
 
 #![deny(missing_docs)]
 
+mod balance;
 mod ensure;
 mod error;
 mod estimate;
@@ -45,9 +46,10 @@ mod order;
 mod shuffle;
 mod source;
 
+pub use balance::{Balance, Measure, row_sizes};
 pub use ensure::{EnsureMixture, dropped};
 pub use error::{Error, Result};
-pub use estimate::{EstimateConfig, TokenEstimate, declared, estimate, weights_for_token_shares};
+pub use estimate::{EstimateConfig, ROW_QUANTILES, TokenEstimate, declared, estimate, weights_for_token_shares};
 pub use order::{Order, RowOrder};
 pub use shuffle::Shuffle;
 pub use source::{Exhaustion, MixtureSource, SourceConfig};

@@ -77,6 +77,11 @@ impl DatasetOrder {
         self.rows
     }
 
+    /// The index of `sample`'s row among all the dataset's rows in stored order.
+    pub fn stored_row(&self, sample: &SampleId) -> u64 {
+        self.prefix.get(sample.shard as usize).copied().unwrap_or(0) + sample.row
+    }
+
     /// Shards in this pass's order, as (first position, shard) pairs.
     fn layout(&self, pass: u64) -> Layout {
         let mut cache = self.layouts.lock().unwrap_or_else(|p| p.into_inner());

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use zephon_core::{Chunk, DatasetManifest, Lane, WorkSource};
 
+use crate::balance::{self, Balance, TailPlan};
 use crate::error::{Error, Result};
 use crate::interleave::Interleave;
 use crate::order::{DatasetOrder, Order};
@@ -41,6 +42,14 @@ pub struct SourceConfig {
     pub exhaustion: Exhaustion,
     /// Passes over each dataset before it is exhausted (ignored by `Repeat`).
     pub passes: u64,
+    /// How the end of a finite stream is shared among lanes. `RowSizes` takes effect once
+    /// the rows' sizes are given ([`MixtureSource::balance_by_rows`]).
+    #[serde(default, skip_serializing_if = "is_estimates")]
+    pub balance: Balance,
+}
+
+fn is_estimates(b: &Balance) -> bool {
+    *b == Balance::Estimates
 }
 
 impl Default for SourceConfig {
@@ -52,6 +61,7 @@ impl Default for SourceConfig {
             order: Order::default(),
             exhaustion: Exhaustion::Repeat,
             passes: 1,
+            balance: Balance::Estimates,
         }
     }
 }
@@ -92,6 +102,8 @@ pub struct MixtureSource {
     total: Option<u64>,
     /// Estimated tokens per row of each dataset (at least 1), for `chunk_tokens`.
     row_tokens: Vec<u64>,
+    /// The end of a finite stream shared out by row sizes or tokens.
+    tail: Option<TailPlan>,
 }
 
 /// Weights are turned into integers with this resolution (exact arithmetic from there on).
@@ -155,7 +167,59 @@ impl MixtureSource {
             total,
             // Until estimates are given, a row costs its dataset's mean bytes per row.
             row_tokens: manifests.iter().map(|m| (m.bytes() / m.rows().max(1)).max(1)).collect(),
+            tail: None,
         })
+    }
+
+    /// Shares out the end of a finite stream for `lanes` lanes so that every lane ends with
+    /// the same tokens (see [`Balance::RowSizes`] and [`Balance::RowTokens`]). `row_tokens[d][r]` is the estimated
+    /// tokens of row r of dataset d, rows in stored order (shard by shard). Does nothing for
+    /// an endless stream or under `Balance::Estimates`. Costs a walk over the whole stream.
+    pub fn balance_by_rows(mut self, row_tokens: &[Vec<u32>], lanes: u32) -> Result<Self> {
+        let (Some(total), Some(chunks)) = (self.total, self.chunks()) else {
+            return Ok(self);
+        };
+        if self.config.balance == Balance::Estimates {
+            return Ok(self);
+        }
+        if lanes == 0 {
+            return Err(Error::Config("a run needs at least one lane".into()));
+        }
+        if row_tokens.len() != self.names.len() {
+            return Err(Error::Config(format!("{} datasets but row sizes of {}", self.names.len(), row_tokens.len())));
+        }
+        for ((name, order), sizes) in self.names.iter().zip(&self.orders).zip(row_tokens) {
+            if sizes.len() as u64 != order.rows() {
+                return Err(Error::Config(format!(
+                    "dataset {name}: {} rows but {} row sizes",
+                    order.rows(),
+                    sizes.len()
+                )));
+            }
+        }
+        let cost = |samples: &[zephon_core::SampleId]| -> Vec<u64> {
+            samples
+                .iter()
+                .map(|s| {
+                    let order = &self.orders[s.dataset as usize];
+                    u64::from(row_tokens[s.dataset as usize][order.stored_row(s) as usize])
+                })
+                .collect()
+        };
+        let chunk_tokens: Vec<u64> =
+            (0..chunks).map(|g| self.global_chunk(g).map_or(0, |c| cost(&c.samples).iter().sum())).collect();
+        let plan = balance::plan(
+            lanes,
+            &chunk_tokens,
+            |lane, n| self.deal(Lane(lane), lanes, n),
+            |g| {
+                let samples = self.chunk_of(g, self.chunk_start(g).min(total), total).samples;
+                let tokens = cost(&samples);
+                (samples, tokens)
+            },
+        );
+        self.tail = Some(plan);
+        Ok(self)
     }
 
     /// Sets the estimated tokens per row of each dataset that `chunk_tokens` counts (rounded,
@@ -353,6 +417,20 @@ fn plan_phases(m: &[u64], budgets: &[Option<u64>], policy: Exhaustion) -> (Vec<P
 
 impl WorkSource for MixtureSource {
     fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> std::result::Result<Option<Chunk>, String> {
+        if let Some(plan) = &self.tail {
+            if plan.lanes != lanes {
+                return Err(format!("the stream's end was re-cut for {} lanes, not {lanes}", plan.lanes));
+            }
+            let first = plan.block * u64::from(lanes);
+            return Ok(match n.cmp(&plan.block) {
+                std::cmp::Ordering::Less => self.global_chunk(self.deal(lane, lanes, n)),
+                std::cmp::Ordering::Equal => Some(Chunk {
+                    index: first + u64::from(lane.0),
+                    samples: plan.pieces.get(lane.0 as usize).cloned().unwrap_or_default(),
+                }),
+                std::cmp::Ordering::Greater => None,
+            });
+        }
         let g = self.deal(lane, lanes, n);
         Ok(match self.last_block_piece(lanes, n, g) {
             Some((start, end)) => Some(self.chunk_of(g, start, end)),
@@ -368,11 +446,20 @@ impl WorkSource for MixtureSource {
             (Some(_), _) | (None, Some(_)) => format!(", row_tokens={:?}", self.row_tokens),
             (None, None) => String::new(),
         };
-        let last_block = if self.total.is_some() { ", last_block=even" } else { "" };
+        let last_block = match (&self.tail, self.total) {
+            (Some(plan), _) => format!(", tail={}", plan.digest()),
+            (None, Some(_)) => ", last_block=even".to_string(),
+            (None, None) => String::new(),
+        };
+        // An endless stream has no end to share: its fingerprint does not name a balance.
+        let mut config = self.config;
+        if self.total.is_none() {
+            config.balance = Balance::Estimates;
+        }
         format!(
             "mixture(datasets=[{}], config={}{row_tokens}{last_block})",
             datasets.join(","),
-            serde_json::to_string(&self.config).unwrap_or_default()
+            serde_json::to_string(&config).unwrap_or_default()
         )
     }
 
@@ -388,8 +475,23 @@ impl WorkSource for MixtureSource {
             Some(t) => format!("~{t} tokens (rows count {:?} tokens)", self.row_tokens),
             None => format!("{} samples", self.config.chunk_size),
         };
+        let tail = match (&self.tail, self.chunks()) {
+            (Some(p), Some(chunks)) => format!(
+                "; from chunk {} of {chunks} the end is shared out by {}, lanes end with {}–{} tokens",
+                p.block * u64::from(p.lanes),
+                if self.config.balance == Balance::RowTokens {
+                    "each row's tokens"
+                } else {
+                    "each row's estimated tokens"
+                },
+                p.spread.0,
+                p.spread.1
+            ),
+            (None, Some(_)) => "; the last partial block cut evenly by estimated tokens".to_string(),
+            _ => String::new(),
+        };
         format!(
-            "mixture of {} ({:?}, {} pass(es), chunks of {chunks}, {:?})",
+            "mixture of {} ({:?}, {} pass(es), chunks of {chunks}, {:?}{tail})",
             parts.join(", "),
             self.config.exhaustion,
             self.config.passes,

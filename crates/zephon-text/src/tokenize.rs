@@ -153,6 +153,14 @@ impl Tokenize {
         self.eos.as_ref().map(|e| e.1)
     }
 
+    /// The most tokens a document keeps, when long documents are truncated.
+    pub fn truncates_to(&self) -> Option<usize> {
+        match self.long {
+            LongDocuments::Truncate { max_tokens } => Some(max_tokens),
+            _ => None,
+        }
+    }
+
     /// How many tokens every document gets that are not in its text (BOS and EOS).
     pub fn tokens_added(&self) -> usize {
         usize::from(self.bos.is_some()) + usize::from(self.eos.is_some())

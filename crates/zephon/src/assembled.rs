@@ -37,10 +37,11 @@ impl Assembled {
             if let Some(e) = self.estimates.as_ref().and_then(|e| e.get(i)) {
                 let _ = writeln!(
                     s,
-                    "       estimate: {:.1} bytes/row × {:.4} tokens/byte + {} added = {:.1} tokens/row ({} rows measured, {} windows tokenized)",
+                    "       estimate: {:.1} bytes/row × {:.4} tokens/byte + {} added{} = {:.1} tokens/row ({} rows measured, {} windows tokenized)",
                     e.bytes_per_row,
                     e.tokens_per_byte,
                     e.added_per_row,
+                    e.max_tokens_per_row.map_or(String::new(), |m| format!(", each row cut to at most {m}")),
                     e.tokens_per_row(),
                     e.rows_measured,
                     e.rows_tokenized

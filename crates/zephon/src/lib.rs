@@ -62,7 +62,7 @@ pub use zephon_io as io;
 pub use zephon_io::Fields;
 #[doc(inline)]
 pub use zephon_mix as mix;
-pub use zephon_mix::{EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
+pub use zephon_mix::{Balance, EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
 #[doc(inline)]
 pub use zephon_pack as pack;
 pub use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};

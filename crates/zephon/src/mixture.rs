@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use zephon_io::{DatasetOptions, Fields};
-use zephon_mix::{EstimateConfig, Exhaustion, Order, SourceConfig};
+use zephon_mix::{Balance, EstimateConfig, Exhaustion, Order, SourceConfig};
 
 /// How much of the mixture a dataset is.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -73,12 +73,24 @@ impl Dataset {
 }
 
 /// The work source of a pipeline: datasets, amounts and order.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Mixture {
     pub(crate) datasets: Vec<Dataset>,
     pub(crate) config: SourceConfig,
     pub(crate) seed: Option<u64>,
     pub(crate) estimate: EstimateConfig,
+}
+
+impl Default for Mixture {
+    fn default() -> Self {
+        Mixture {
+            datasets: Vec::new(),
+            // Finite data ends on every lane together unless asked otherwise.
+            config: SourceConfig { balance: Balance::RowTokens, ..SourceConfig::default() },
+            seed: None,
+            estimate: EstimateConfig::default(),
+        }
+    }
 }
 
 impl Mixture {
@@ -108,6 +120,17 @@ impl Mixture {
     #[must_use]
     pub fn chunk_tokens(mut self, tokens: u64) -> Self {
         self.config.chunk_tokens = Some(tokens);
+        self
+    }
+
+    /// How the end of finite data is shared among lanes. Default `RowTokens`: with a tokenize
+    /// step, every row is tokenized once at build (cached on disk) and the end of the data is
+    /// shared out so that all lanes end within a few tokens, and `Tail::Drop` loses about one
+    /// step. `RowSizes` reads every row's text length instead (cheaper; lanes still end apart
+    /// by how tokens per byte vary between documents); `Estimates` reads nothing.
+    #[must_use]
+    pub fn balance(mut self, balance: Balance) -> Self {
+        self.config.balance = balance;
         self
     }
 

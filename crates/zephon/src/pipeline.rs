@@ -6,7 +6,7 @@ use std::sync::Arc;
 use zephon_core::{
     BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, Tail, Topology, checkpoint,
 };
-use zephon_mix::{EnsureMixture, MixtureSource, Shuffle, TokenEstimate, weights_for_token_shares};
+use zephon_mix::{Balance, EnsureMixture, Exhaustion, MixtureSource, Shuffle, TokenEstimate, weights_for_token_shares};
 use zephon_pack::Pack;
 
 use crate::assembled::Assembled;
@@ -180,7 +180,7 @@ impl Pipeline {
 
     /// Opens the data and starts this rank's part of the run from the beginning.
     pub fn build(self, topology: Topology) -> Result<Loader> {
-        let assembled = self.assemble(None)?;
+        let assembled = self.assemble(None, topology.lanes())?;
         let engine = Engine::start(assembled.spec.clone(), topology, self.exec)?;
         Ok(Loader::new(engine, assembled, self.exec))
     }
@@ -189,7 +189,7 @@ impl Pipeline {
     /// the lanes). Token estimates come from the checkpoint, never measured again.
     pub fn restore(self, topology: Topology, dir: &Path) -> Result<Loader> {
         let metadata = checkpoint::metadata(dir)?;
-        let assembled = self.assemble(Some(&metadata))?;
+        let assembled = self.assemble(Some(&metadata), topology.lanes())?;
         let engine = Engine::restore(assembled.spec.clone(), topology, self.exec, dir)?;
         Ok(Loader::new(engine, assembled, self.exec))
     }
@@ -197,12 +197,12 @@ impl Pipeline {
     /// The plan, without starting anything: datasets, work source, operators (parallel part
     /// and per-lane stages), buffers.
     pub fn explain(&self, topology: &Topology) -> Result<String> {
-        Ok(self.assemble(None)?.describe(topology, &self.exec))
+        Ok(self.assemble(None, topology.lanes())?.describe(topology, &self.exec))
     }
 
     /// Opens datasets, plans weights (estimating tokens unless `saved` holds estimates) and
-    /// builds the core run spec.
-    fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>) -> Result<Assembled> {
+    /// builds the core run spec for `lanes` lanes.
+    fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>, lanes: u32) -> Result<Assembled> {
         let m = &self.mixture;
         m.check().map_err(Error::Build)?;
         self.check_order()?;
@@ -214,20 +214,42 @@ impl Pipeline {
         let datasets = Datasets::new(opened);
         let shares = m.token_shares();
         let mut metadata = std::collections::BTreeMap::new();
-        let estimates = if shares.is_some() || m.config.chunk_tokens.is_some() {
+        let mut config = m.config;
+        config.seed = m.seed.unwrap_or(self.seed);
+        // Row sizes are text lengths turned into tokens: they need a tokenize step.
+        if config.exhaustion == Exhaustion::Repeat || !self.tokenizes() {
+            config.balance = Balance::Estimates;
+        }
+        let planned = shares.is_some() || m.config.chunk_tokens.is_some();
+        let estimates = if planned || config.balance != Balance::Estimates {
             let estimates = match saved.and_then(|s| s.get(TOKEN_ESTIMATES)) {
                 Some(json) => serde_json::from_str::<Vec<TokenEstimate>>(json)
                     .map_err(|e| Error::Build(format!("the checkpoint's token estimates do not parse: {e}")))?,
-                None => self.estimate(&datasets)?,
+                None => match self.estimate(&datasets) {
+                    Ok(e) => e,
+                    // Only the balance needed them: data with no measurable rows (all bad,
+                    // say) ends unbalanced, as the plan says, and its rows are reported
+                    // as the run meets them.
+                    Err(_) if !planned => {
+                        config.balance = Balance::Estimates;
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e),
+                },
             };
-            metadata.insert(
-                TOKEN_ESTIMATES.to_string(),
-                serde_json::to_string(&estimates).map_err(|e| Error::Build(e.to_string()))?,
-            );
-            Some(estimates)
+            if estimates.is_empty() {
+                None
+            } else {
+                metadata.insert(
+                    TOKEN_ESTIMATES.to_string(),
+                    serde_json::to_string(&estimates).map_err(|e| Error::Build(e.to_string()))?,
+                );
+                Some(estimates)
+            }
         } else {
             None
         };
+        let by_rows = config.balance != Balance::Estimates;
         let weights = match (&shares, &estimates) {
             (Some(shares), Some(estimates)) => weights_for_token_shares(estimates, shares)?,
             _ => m
@@ -239,11 +261,23 @@ impl Pipeline {
                 })
                 .collect(),
         };
-        let mut config = m.config;
-        config.seed = m.seed.unwrap_or(self.seed);
         let mut source = MixtureSource::new(&datasets.manifests(), &weights, config)?;
         if let Some(e) = &estimates {
             source = source.with_row_tokens(&e.iter().map(TokenEstimate::tokens_per_row).collect::<Vec<_>>())?;
+            if by_rows && source.len().is_some() {
+                let counted = config.balance == Balance::RowTokens;
+                let sizes = self.row_sizes(&datasets, counted)?;
+                let tokens: Vec<Vec<u32>> = sizes
+                    .iter()
+                    .zip(e)
+                    .map(|(rows, e)| {
+                        let kept =
+                            |n: u32| if counted { e.tokens_kept(f64::from(n)) } else { e.tokens_in(f64::from(n)) };
+                        rows.iter().map(|&n| kept(n).round() as u32).collect()
+                    })
+                    .collect();
+                source = source.balance_by_rows(&tokens, lanes)?;
+            }
         }
         let mut operators = Operators::new();
         #[cfg(feature = "text")]
@@ -357,14 +391,21 @@ impl Pipeline {
                     h.update(datasets.fingerprint().0);
                     h.update(tokenizer.sha256().as_bytes());
                     h.update(format!(
-                        "{fields:?}|{}|{}|{}|{}",
-                        cfg.length_rows, cfg.token_rows, cfg.max_token_bytes, cfg.seed
+                        "{fields:?}|{}|{}|{}|{}|quantiles {}",
+                        cfg.length_rows,
+                        cfg.token_rows,
+                        cfg.max_token_bytes,
+                        cfg.seed,
+                        zephon_mix::ROW_QUANTILES
                     ));
                     hex::encode(&h.finalize()[..16])
                 };
                 let added = t.tokens_added() as f64;
+                let kept = t.truncates_to().map(|m| m as f64);
                 let with_added = |mut estimates: Vec<TokenEstimate>| {
-                    estimates.iter_mut().for_each(|e| e.added_per_row = added);
+                    for e in &mut estimates {
+                        (e.added_per_row, e.max_tokens_per_row) = (added, kept);
+                    }
                     estimates
                 };
                 let cache = estimate_cache_dir().join(format!("{key}.json"));
@@ -391,6 +432,71 @@ impl Pipeline {
                 .into(),
         ))
     }
+}
+
+impl Pipeline {
+    /// Whether the pipeline has a tokenize step.
+    fn tokenizes(&self) -> bool {
+        #[cfg(feature = "text")]
+        return self.stages.iter().any(|s| matches!(s, Stage::Tokenize(_)));
+        #[cfg(not(feature = "text"))]
+        false
+    }
+
+    /// The text bytes of every row (`tokens`: the tokens of its text), or the ones cached for
+    /// exactly these datasets, fields (and tokenizer): measuring costs a pass over the data's
+    /// text (and a pass of tokenizing), and every rank would repeat it.
+    fn row_sizes(&self, datasets: &Datasets, tokens: bool) -> Result<Vec<Vec<u32>>> {
+        #[cfg(feature = "text")]
+        {
+            use sha2::Digest as _;
+            let tokenizer = self.stages.iter().find_map(|s| match s {
+                Stage::Tokenize(t) => Some(t.tokenizer().clone()),
+                _ => None,
+            });
+            let fields = self.text_fields();
+            let mut h = sha2::Sha256::new();
+            h.update(datasets.fingerprint().0);
+            match (&tokenizer, tokens) {
+                (Some(t), true) => h.update(format!("row tokens|{fields:?}|{}", t.sha256())),
+                _ => h.update(format!("row bytes|{fields:?}")),
+            }
+            let cache = estimate_cache_dir().join(format!("{}.rows", hex::encode(&h.finalize()[..16])));
+            let rows: Vec<u64> = datasets.manifests().iter().map(|m| m.rows()).collect();
+            if let Some(saved) = std::fs::read(&cache).ok().and_then(|b| decode_row_sizes(&b, &rows)) {
+                return Ok(saved);
+            }
+            let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+            let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+            let threads = self.exec.threads.max(1);
+            let sizes = match (&tokenizer, tokens) {
+                (Some(t), true) => zephon_mix::row_sizes(datasets, &refs, &|s| t.count(s).map(clamp), threads)?,
+                _ => zephon_mix::row_sizes(datasets, &refs, &|s| Ok(clamp(s.len())), threads)?,
+            };
+            let encoded: Vec<u8> = sizes.iter().flatten().flat_map(|b| b.to_le_bytes()).collect();
+            let tmp = cache.with_extension(format!("tmp.{}", std::process::id()));
+            // A cache that cannot be written only costs a measurement next time.
+            let _ = std::fs::create_dir_all(estimate_cache_dir())
+                .and_then(|_| std::fs::write(&tmp, encoded))
+                .and_then(|_| std::fs::rename(&tmp, &cache));
+            Ok(sizes)
+        }
+        #[cfg(not(feature = "text"))]
+        {
+            let _ = (datasets, tokens);
+            Err(Error::Build("row sizes need a tokenize step".into()))
+        }
+    }
+}
+
+/// Row sizes saved by [`Pipeline::row_sizes`], if they fit datasets of `rows` rows.
+#[cfg(feature = "text")]
+fn decode_row_sizes(bytes: &[u8], rows: &[u64]) -> Option<Vec<Vec<u32>>> {
+    if bytes.len() as u64 != rows.iter().sum::<u64>() * 4 {
+        return None;
+    }
+    let mut all = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    Some(rows.iter().map(|&n| all.by_ref().take(n as usize).collect()).collect())
 }
 
 /// Whether a builder stage is only a stateless map (no accumulator stage in the plan).

@@ -23,6 +23,7 @@
 //! chunk_size = 64               # samples per chunk dealt to a lane (or chunk_tokens = estimated tokens)
 //! order = "shuffled"            # sequential | shuffled | blocks | global
 //! exhaustion = "repeat"         # repeat | stop | redistribute
+//! # balance = "row_tokens"      # finite data: lanes end together (every row tokenized once)
 //!
 //! [tokenize]
 //! tokenizer = "tokenizer.json"
@@ -48,7 +49,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use zephon_core::{BadRecords, ExecOptions, Tail, Topology};
 use zephon_io::Fields;
-use zephon_mix::{EstimateConfig, Exhaustion, Order, RowOrder};
+use zephon_mix::{Balance, EstimateConfig, Exhaustion, Order, RowOrder};
 use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
 
 use crate::error::{Error, Result};
@@ -145,6 +146,10 @@ pub struct SourceSpec {
     pub passes: u64,
     /// The source's own seed (default: the run's).
     pub seed: Option<u64>,
+    /// How finite data's end is shared among lanes: `row_tokens` (default; every row is
+    /// tokenized once, and lanes end together), `row_sizes` (every row's text length is read
+    /// once) or `estimates`.
+    pub balance: Option<String>,
 }
 
 impl Default for SourceSpec {
@@ -158,6 +163,7 @@ impl Default for SourceSpec {
             exhaustion: "repeat".into(),
             passes: 1,
             seed: None,
+            balance: None,
         }
     }
 }
@@ -184,8 +190,8 @@ pub struct TokenizeSpec {
     pub bos: Option<String>,
     /// Token appended to each document.
     pub eos: Option<String>,
-    /// `keep`, `split` or `truncate` (default: `split` at the packer's row length when there is
-    /// a packer, else `keep`).
+    /// `keep`, `split` or `truncate` (default: at the packer's row length when there is a
+    /// packer, `truncate` if the packer truncates and `split` if not; else `keep`).
     pub long_documents: Option<String>,
     /// Tokens per piece for `split` and `truncate` (default: the packer's row length).
     pub max_tokens: Option<usize>,
@@ -481,6 +487,14 @@ impl Spec {
         if let Some(seed) = src.seed {
             mixture = mixture.seed(seed);
         }
+        match src.balance.as_deref() {
+            None | Some("row_tokens") => {}
+            Some("row_sizes") => mixture = mixture.balance(Balance::RowSizes),
+            Some("estimates") => mixture = mixture.balance(Balance::Estimates),
+            Some(other) => {
+                return Err(bad(format!("[source] balance = {other:?}: expected row_tokens, row_sizes or estimates")));
+            }
+        }
         if let Some(e) = &self.estimate {
             let d = EstimateConfig::default();
             mixture = mixture.estimate(EstimateConfig {
@@ -700,7 +714,21 @@ impl Spec {
             op = op.eos(e)?;
         }
         let max = t.max_tokens.or(seq_len);
+        // A packer that truncates only sees what tokenize passes on: split pieces fit a row and
+        // would never be cut, so by default tokenize truncates too.
+        let pack_truncates = self.pack.as_ref().is_some_and(|p| p.long_documents.as_deref() == Some("truncate"));
         let policy = match (t.long_documents.as_deref(), max) {
+            (None, Some(m)) if pack_truncates => LongDocuments::Truncate { max_tokens: m },
+            (Some("split"), Some(m)) if pack_truncates && seq_len.is_some_and(|s| m <= s) => {
+                return Err(Error::Spec {
+                    path: self.file.clone(),
+                    message: format!(
+                        "[pack] long_documents = \"truncate\" would cut nothing: [tokenize] long_documents = \"split\" \
+                         cuts documents into pieces of {m} tokens first, and each fits a row; to keep only the start \
+                         of long documents, set [tokenize] long_documents = \"truncate\""
+                    ),
+                });
+            }
             (None, Some(m)) | (Some("split"), Some(m)) => LongDocuments::Split { max_tokens: m },
             (Some("truncate"), Some(m)) => LongDocuments::Truncate { max_tokens: m },
             (None, None) | (Some("keep"), _) => LongDocuments::Keep,

@@ -98,3 +98,69 @@ fn stop_ends_when_the_first_dataset_runs_out() {
     assert!(draws[0] < 2 * m[0].rows());
     assert!(draws[0].abs_diff(draws[1]) <= 1, "50/50 by samples: {draws:?}");
 }
+
+/// Balanced by row sizes, the end of a pass is shared out by document, not by chunk: still
+/// every row once, for any L, and the lanes' tokens (a quarter of the text bytes here) end
+/// within 64 of each other, where the deal alone leaves them 350 k apart.
+#[test]
+fn the_end_shared_out_by_row_sizes_still_hands_out_every_row_once() {
+    for format in ["jsonl", "parquet"] {
+        let datasets = crate::corpora(format);
+        let m = datasets.manifests();
+        let want = all_rows(&m);
+        let bytes = row_sizes(&datasets, &["text", "text"], &|t: &str| Ok(t.len() as u32), 2).unwrap();
+        let tokens: Vec<Vec<u32>> = bytes.iter().map(|rows| rows.iter().map(|&b| b / 4 + 1).collect()).collect();
+        let size = |s: &SampleId| {
+            let d = s.dataset as usize;
+            let before: u64 = m[d].shards[..s.shard as usize].iter().map(|sh| sh.rows).sum();
+            u64::from(tokens[d][(before + s.row) as usize])
+        };
+        let largest = tokens.iter().flatten().copied().max().unwrap_or(0) as u64;
+        for exhaustion in [Exhaustion::Redistribute, Exhaustion::Stop] {
+            let config =
+                SourceConfig { seed: 3, chunk_size: 64, exhaustion, balance: Balance::RowSizes, ..Default::default() };
+            for lanes in [1u32, 3, 8, 64] {
+                let source =
+                    MixtureSource::new(&m, &[0.3, 0.7], config).unwrap().balance_by_rows(&tokens, lanes).unwrap();
+                let unbalanced = MixtureSource::new(&m, &[0.3, 0.7], config).unwrap();
+                let mut seen: HashMap<SampleId, u32> = HashMap::new();
+                let (mut totals, mut dealt) = (Vec::new(), Vec::new());
+                for l in 0..lanes {
+                    let lane_tokens = |s: &MixtureSource, seen: &mut Option<&mut HashMap<SampleId, u32>>| {
+                        let (mut n, mut t) = (0, 0u64);
+                        while let Some(chunk) = s.chunk(Lane(l), lanes, n).unwrap() {
+                            for id in chunk.samples {
+                                t += size(&id);
+                                if let Some(seen) = seen.as_deref_mut() {
+                                    *seen.entry(id).or_default() += 1;
+                                }
+                            }
+                            n += 1;
+                        }
+                        t
+                    };
+                    totals.push(lane_tokens(&source, &mut Some(&mut seen)));
+                    dealt.push(lane_tokens(&unbalanced, &mut None));
+                }
+                let spread = |t: &[u64]| t.iter().max().unwrap() - t.iter().min().unwrap();
+                if exhaustion == Exhaustion::Redistribute {
+                    assert_eq!(seen.len(), want.len(), "{format} L={lanes}");
+                }
+                assert!(seen.values().all(|&c| c == 1), "{format} {exhaustion:?} L={lanes}: a row twice");
+                assert!(
+                    spread(&totals) <= 64,
+                    "{format} {exhaustion:?} L={lanes}: lanes end {} apart (largest row {largest}), dealt alone {}",
+                    spread(&totals),
+                    spread(&dealt)
+                );
+                if lanes == 8 {
+                    println!(
+                        "{format} {exhaustion:?} L=8: lanes end {} apart balanced, {} dealt alone",
+                        spread(&totals),
+                        spread(&dealt)
+                    );
+                }
+            }
+        }
+    }
+}

@@ -247,9 +247,10 @@ fn dataset(name: &str, path: &Path) -> String {
     format!("[[dataset]]\nname = \"{name}\"\npath = \"{}\"\nweight = 1.0\n", path.display())
 }
 
-/// Chunks are dealt by rows: a lane that draws long documents holds far more data than one
-/// that draws short ones. Under `tail = "drop"` the run ends when the first lane runs out, and
-/// the report names the lanes whose data was not delivered.
+/// Without row sizes, chunks are dealt by rows: a lane that draws long documents holds far more
+/// data than one that draws short ones. Under `tail = "drop"` the run ends when the first lane
+/// runs out, and the report names the lanes whose data was not delivered. With row sizes (the
+/// default) the same data ends on both lanes together.
 #[test]
 fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
     let dir = tmp();
@@ -257,7 +258,11 @@ fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
     let texts: Vec<String> =
         (0..64).map(|i| if (i / 8) % 2 == 0 { format!("{long}{i}") } else { format!("short {i}") }).collect();
     let data = dataset("uneven", &jsonl(dir.path(), "uneven", "text", &texts));
-    let source = "chunk_size = 8\nexhaustion = \"stop\"";
+    let balanced = "chunk_size = 8\nexhaustion = \"stop\"";
+    let (kept, report) = run_to_end(&data, balanced, "drop");
+    let (all, _) = run_to_end(&data, balanced, "partial");
+    assert!(report.lanes_cut_off.is_empty() && all - kept <= 2, "{all} rows, drop kept {kept}: {report:?}");
+    let source = "chunk_size = 8\nexhaustion = \"stop\"\nbalance = \"estimates\"";
     let (dropped_run, report) = run_to_end(&data, source, "drop");
     assert_eq!(report.lanes_cut_off.len(), 1, "{report:?}");
     let lines = report.lines().join("\n");
@@ -301,12 +306,18 @@ fn chunks_by_estimated_tokens_keep_lanes_together_at_the_end_of_the_data() {
         let (kept, report) = run_to_end(&data, &source, "drop");
         (all, all - kept, report)
     };
-    let (all_rows, by_rows, _) = lost("chunk_size = 8");
-    let (all_tokens, by_tokens, report) = lost("chunk_tokens = 2048");
+    let (all_rows, by_rows, _) = lost("chunk_size = 8\nbalance = \"estimates\"");
+    let (all_tokens, by_tokens, report) = lost("chunk_tokens = 2048\nbalance = \"estimates\"");
     assert!(all_rows.abs_diff(all_tokens) <= 2, "the same data, cut differently: {all_rows} against {all_tokens} rows");
     println!("drop left out {by_rows} of {all_rows} rows (chunks of 8), {by_tokens} of {all_tokens} (of 2048 tokens)");
     for (lost, all, how) in [(by_rows, all_rows, "8 samples"), (by_tokens, all_tokens, "2048 tokens")] {
         assert!(lost <= (2 * 2048 + 1700) / 256 + 2, "chunks of {how}: drop left out {lost} of {all} rows");
     }
     assert!(report.lines().join("\n").contains("tokens"), "{report:?}");
+    // By each row's tokens (the default), the lanes end within one step (2 rows) under either chunking.
+    for chunks in ["chunk_size = 8", "chunk_tokens = 2048"] {
+        let (all, lost, report) = lost(chunks);
+        println!("by row tokens, {chunks}: drop left out {lost} of {all} rows");
+        assert!(lost <= 2 && report.lanes_cut_off.is_empty(), "{chunks}: drop left out {lost} of {all}: {report:?}");
+    }
 }

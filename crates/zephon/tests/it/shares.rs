@@ -2,7 +2,7 @@
 //! bins, so a dataset never runs ahead of its share by more than L × (slack + seq_len) tokens
 //! at any step, whichever packer and tokenizer path. Long documents (corpus B, ~3,500 tokens)
 //! against one-line ones (~15 tokens), 30 / 70. And the plan's token estimates count what
-//! tokenize adds to every document.
+//! tokenize adds to every document, and what truncation keeps of it.
 
 use std::path::Path;
 
@@ -26,9 +26,13 @@ const TOKENIZERS: [Tok; 2] =
     [Tok { file: "gpt2", eos: "<|endoftext|>", pad: 50256 }, Tok { file: "llama2", eos: "</s>", pad: 0 }];
 
 fn mix_spec(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> Spec {
+    parse(&mix_spec_text(short, tok, lanes, algorithm, shuffle))
+}
+
+fn mix_spec_text(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> String {
     let data = zephon_testkit::testdata();
     let shuffle = shuffle.map_or(String::new(), |b| format!("[shuffle]\nbuffer = {b}\n"));
-    parse(&format!(
+    format!(
         r#"seed = 5
 lanes = {lanes}
 rows_per_step = 16
@@ -67,7 +71,7 @@ threads = 2
         tokenizer = data.join(format!("tokenizers/{}/tokenizer.json", tok.file)).display(),
         eos = tok.eos,
         pad = tok.pad,
-    ))
+    )
 }
 
 /// After each of `steps` steps of `loaders` (all ranks), how far each dataset is ahead of
@@ -173,4 +177,37 @@ fn token_estimates_count_the_tokens_tokenize_adds_to_every_document() {
     let off = estimate.tokens_per_row() / actual - 1.0;
     println!("one-line documents: estimated {:.2} tokens per row, measured {actual:.2}", estimate.tokens_per_row());
     assert!(off.abs() < 0.03, "estimated {:.2} tokens per row, measured {actual:.2}", estimate.tokens_per_row());
+}
+
+/// A packer that truncates (and so tokenize, by default) keeps 1,024 tokens of a ~3,500-token
+/// document. The plan counts what truncation keeps, so the delivered shares match the targets
+/// without ensure_mixture; planned by whole documents, the long dataset got about a third of
+/// its share. Over 200 steps.
+#[test]
+fn a_truncating_pipeline_plans_the_tokens_truncation_keeps() {
+    let dir = tmp();
+    let short = one_line_documents(dir.path(), 20..200, 200_000);
+    for tok in &TOKENIZERS {
+        // Wrap holds one partial row a lane, so the output shows the plan (best-fit's open rows
+        // would hold short documents back for a while).
+        let text = mix_spec_text(&short, tok, 4, "wrap", None)
+            .replace(&format!("[ensure_mixture]\nslack_tokens = {SLACK}\n"), "")
+            .replace("[pack]\n", "[pack]\nlong_documents = \"truncate\"\n");
+        let spec = parse(&text);
+        let plan = spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap();
+        assert!(plan.contains("each row cut to at most 1024"), "{plan}");
+        let mut loaders = loaders(&spec, 1, 2, None);
+        let long = loaders[0].token_estimates().unwrap()[0].clone();
+        assert!(long.tokens_per_row() <= SEQ_LEN as f64, "{long:?}");
+        let (ahead, _) = ahead_by_step(&mut loaders, 200, [0.3, 0.7]);
+        let total = (200 * 16 * SEQ_LEN) as f64;
+        let off = ahead.last().unwrap()[0] / total;
+        println!(
+            "{}: {:.1} tokens per long row planned; long share off by {:+.3}",
+            tok.file,
+            long.tokens_per_row(),
+            off
+        );
+        assert!(off.abs() < 0.03, "{}: the long dataset's share is off by {off:+.3} after 200 steps", tok.file);
+    }
 }

@@ -61,6 +61,20 @@ fn a_run_wide_warming_up_shuffle_buffer_is_split_across_lanes() {
     assert!(plan.contains("buffer of 13 records per lane") && plan.contains("growing from empty"), "{plan}");
 }
 
+/// A packer that truncates sees only what tokenize passes on: tokenize then truncates by
+/// default, and a split into pieces that each fit a row (which the packer would never cut) is
+/// refused, naming both settings.
+#[test]
+fn a_truncating_packer_makes_tokenize_truncate_and_refuses_a_split() {
+    let pack = "\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 512\nlong_documents = \"truncate\"\n";
+    let spec = parse(&spec_text("jsonl", 8, 16, "", pack));
+    let plan = spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap();
+    assert!(plan.contains("Truncate { max_tokens: 512 }"), "{plan}");
+    let split = spec_text("jsonl", 8, 16, "", pack).replace("[tokenize]\n", "[tokenize]\nlong_documents = \"split\"\n");
+    let e = parse(&split).pipeline().err().unwrap().to_string();
+    assert!(e.contains("would cut nothing") && e.contains("[tokenize] long_documents = \"truncate\""), "{e}");
+}
+
 #[test]
 fn a_tokenizer_file_that_does_not_parse_names_the_file() {
     let dir = tmp();

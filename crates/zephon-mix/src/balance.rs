@@ -1,0 +1,239 @@
+//! The end of a finite stream, shared so that every lane ends with the same tokens.
+//!
+//! Chunks are dealt by position, so a lane's tokens are a random walk over the lengths of the
+//! documents it draws: on a corpus of ~3 k-token documents mixed with one-line ones, 8 lanes
+//! ended tens of steps apart, and `tail = "drop"` (the run ends with the first lane) lost
+//! 7–12 % of the epoch. Per-dataset estimates cannot see that spread; each row's own length
+//! can. With every row's estimated tokens, the deal is kept up to a late block, and the
+//! documents from there to the end are shared out so that all lanes reach the same total
+//! ([`plan`]). Everything dealt before that block is unchanged.
+
+use serde::{Deserialize, Serialize};
+use zephon_core::{Datasets, OpError, SampleId};
+
+use crate::error::{Error, Result};
+
+/// How the end of a finite stream is shared among lanes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// The last, partial block of chunks is cut into equal pieces of estimated tokens (each
+    /// row counts its dataset's mean). Lanes still drift apart by the spread of document
+    /// lengths.
+    #[default]
+    Estimates,
+    /// The stream's end is shared out by each row's own estimated tokens (its text length ×
+    /// its dataset's tokens per byte): the text of every row is read once, when the run is
+    /// built. Tokens per byte vary by document (0.18–0.48 on corpus B with GPT-2), so lanes
+    /// still end apart by that.
+    RowSizes,
+    /// The stream's end is shared out by each row's tokens, counted: every row is tokenized
+    /// once when the run is built (a pass of tokenizing, cached on disk), and lanes end
+    /// within a few tokens of each other.
+    RowTokens,
+}
+
+/// The re-cut end of a finite stream, for one lane count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TailPlan {
+    /// The lane count it was planned for.
+    pub lanes: u32,
+    /// The first block (every lane's chunk number) that is re-cut.
+    pub block: u64,
+    /// Each lane's share of the re-cut stretch, in stream order.
+    pub pieces: Vec<Vec<SampleId>>,
+    /// Estimated tokens of the lane with the fewest and of the lane with the most.
+    pub spread: (u64, u64),
+}
+
+impl TailPlan {
+    /// A short, canonical name of the plan for the fingerprint.
+    pub fn digest(&self) -> String {
+        let mut h = zephon_core::Hasher::new();
+        for piece in &self.pieces {
+            h.update(&(piece.len() as u64).to_le_bytes());
+            for s in piece {
+                h.update(&s.dataset.to_le_bytes());
+                h.update(&s.shard.to_le_bytes());
+                h.update(&s.row.to_le_bytes());
+            }
+        }
+        format!("rows(lanes={}, block={}, pieces={})", self.lanes, self.block, &h.finish().to_hex()[..16])
+    }
+}
+
+/// The plan for `lanes` lanes, given the estimated tokens of every chunk (`chunk_tokens[g]`),
+/// the deal (`deal(lane, n)`, a global chunk index) and the stream's end (`stream(g)`: the
+/// samples from the start of chunk `g` to the end, with their estimated tokens).
+///
+/// The deal is kept up to the latest block `b` from which the rest can top every lane up to
+/// the one holding the most, and one block more, so that the last documents placed are
+/// small. The rest goes out largest document first, each to the lane with the fewest tokens
+/// so far: the lanes then end within about the smallest document's tokens of each other
+/// (cutting the stretch into contiguous pieces left them up to half the largest document
+/// apart, 75 k tokens on corpus B). Each lane reads its share in stream order.
+pub(crate) fn plan(
+    lanes: u32,
+    chunk_tokens: &[u64],
+    deal: impl Fn(u32, u64) -> u64,
+    stream: impl Fn(u64) -> (Vec<SampleId>, Vec<u64>),
+) -> TailPlan {
+    let l = u64::from(lanes);
+    let full = chunk_tokens.len() as u64 / l;
+    let mut held: Vec<u64> = vec![0; lanes as usize];
+    for n in 0..full {
+        for (lane, h) in held.iter_mut().enumerate() {
+            *h += chunk_tokens[deal(lane as u32, n) as usize];
+        }
+    }
+    let mut rest: u64 = chunk_tokens[(full * l) as usize..].iter().sum();
+    let mut block = full;
+    let mut slack_blocks = 1;
+    loop {
+        let (sum, max) = (held.iter().sum::<u64>(), held.iter().copied().max().unwrap_or(0));
+        let fits = u128::from(max) * u128::from(l) <= u128::from(sum) + u128::from(rest);
+        if block == 0 || (fits && slack_blocks == 0) {
+            break;
+        }
+        if fits {
+            slack_blocks -= 1;
+        }
+        block -= 1;
+        for (lane, h) in held.iter_mut().enumerate() {
+            let t = chunk_tokens[deal(lane as u32, block) as usize];
+            *h -= t;
+            rest += t;
+        }
+    }
+    let (samples, tokens) = stream(block * l);
+    let mut by_size: Vec<usize> = (0..samples.len()).collect();
+    by_size.sort_unstable_by(|&a, &b| tokens[b].cmp(&tokens[a]).then(a.cmp(&b)));
+    let mut lightest: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>> =
+        held.iter().enumerate().map(|(lane, &h)| std::cmp::Reverse((h, lane as u32))).collect();
+    let mut shares: Vec<Vec<usize>> = vec![Vec::new(); lanes as usize];
+    for i in by_size {
+        let Some(std::cmp::Reverse((load, lane))) = lightest.pop() else { break };
+        shares[lane as usize].push(i);
+        lightest.push(std::cmp::Reverse((load + tokens[i], lane)));
+    }
+    let totals: Vec<u64> = lightest.into_iter().map(|std::cmp::Reverse((load, _))| load).collect();
+    let spread = (totals.iter().copied().min().unwrap_or(0), totals.iter().copied().max().unwrap_or(0));
+    let pieces = shares
+        .into_iter()
+        .map(|mut idx| {
+            idx.sort_unstable();
+            idx.into_iter().map(|i| samples[i]).collect()
+        })
+        .collect();
+    TailPlan { lanes, block, pieces, spread }
+}
+
+/// What [`row_sizes`] measures of each row's text.
+pub type Measure<'a> = &'a (dyn Fn(&str) -> std::result::Result<u32, String> + Sync);
+
+/// `measure` of the text of every row of every dataset (its text bytes, or its tokens), in
+/// stored order (shard by shard), read from dataset i's field `text_fields[i]` on `threads`
+/// threads. A bad record counts 0 (the run meets it as it would anyway); a fatal read error or
+/// a failed measure is an error naming the dataset and row.
+pub fn row_sizes(datasets: &Datasets, text_fields: &[&str], measure: Measure, threads: usize) -> Result<Vec<Vec<u32>>> {
+    let manifests = datasets.manifests();
+    if text_fields.len() != manifests.len() {
+        return Err(Error::Config(format!(
+            "row sizes need one text field per dataset: {} datasets, {} fields",
+            manifests.len(),
+            text_fields.len()
+        )));
+    }
+    // Work in runs of up to 1024 rows of one shard (one read each), taken in turn by threads.
+    const RUN: u64 = 1024;
+    let mut runs: Vec<(usize, u32, u64, u64, usize)> = Vec::new();
+    for (d, m) in manifests.iter().enumerate() {
+        let mut at = 0usize;
+        for (s, shard) in m.shards.iter().enumerate() {
+            for row in (0..shard.rows).step_by(RUN as usize) {
+                let end = (row + RUN).min(shard.rows);
+                runs.push((d, s as u32, row, end, at));
+                at += (end - row) as usize;
+            }
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    // Per thread: (dataset, first row index, sizes) of each run it measured.
+    type Measured = Result<Vec<(usize, usize, Vec<u32>)>>;
+    let measured: Vec<Measured> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    let mut ids = Vec::with_capacity(RUN as usize);
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(d, shard, row, end, at)) = runs.get(i) else { return Ok(out) };
+                        let fail = |id: &SampleId, m: String| Error::Estimate {
+                            dataset: manifests[d].name.clone(),
+                            message: format!("measuring row sizes, {id}: {m}"),
+                        };
+                        ids.clear();
+                        ids.extend((row..end).map(|r| SampleId::new(d as u32, shard, r)));
+                        let mut sizes = Vec::with_capacity(ids.len());
+                        for (id, r) in ids.iter().zip(datasets.read(&ids)) {
+                            sizes.push(match r {
+                                Ok(rec) => match rec.str(text_fields[d]) {
+                                    Some(t) => measure(t).map_err(|m| fail(id, m))?,
+                                    None => 0,
+                                },
+                                Err(OpError::Data(_)) => 0,
+                                Err(OpError::Fatal(m)) => return Err(fail(id, m)),
+                            });
+                        }
+                        out.push((d, at, sizes));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Config("a row-size thread panicked".into()))))
+            .collect()
+    });
+    let mut sizes: Vec<Vec<u32>> = manifests.iter().map(|m| vec![0; m.rows() as usize]).collect();
+    for part in measured {
+        for (d, at, run) in part? {
+            sizes[d][at..at + run.len()].copy_from_slice(&run);
+        }
+    }
+    Ok(sizes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lanes that drew very different chunks end equal after the re-cut, and nothing before the
+    /// re-cut block moves.
+    #[test]
+    fn the_recut_tops_every_lane_up_to_the_same_total() {
+        // 4 lanes, 6 blocks of 4 chunks of 10 positions; lane 0 always draws the long chunk.
+        let lanes = 4u32;
+        let pos_tokens: Vec<u64> = (0..240u64).map(|p| if (p / 10) % 4 == 0 { 50 + p % 7 } else { 5 }).collect();
+        let ids: Vec<SampleId> = (0..240u64).map(|p| SampleId::new(0, 0, p)).collect();
+        let chunk_tokens: Vec<u64> = pos_tokens.chunks(10).map(|c| c.iter().sum()).collect();
+        let p = plan(
+            lanes,
+            &chunk_tokens,
+            |lane, n| n * 4 + u64::from(lane),
+            |g| (ids[(g * 10) as usize..].to_vec(), pos_tokens[(g * 10) as usize..].to_vec()),
+        );
+        assert!(p.block < 5, "{p:?}");
+        assert_eq!(p.pieces.len(), 4);
+        let (min, max) = p.spread;
+        assert!(max - min <= 5, "{p:?}");
+        let total: u64 = pos_tokens.iter().sum();
+        assert!(min * 4 <= total && total <= max * 4);
+        // Every position of the stretch goes to one lane, each lane's in stream order.
+        let mut all: Vec<u64> = p.pieces.iter().flatten().map(|s| s.row).collect();
+        assert!(p.pieces.iter().all(|piece| piece.windows(2).all(|w| w[0].row < w[1].row)));
+        all.sort_unstable();
+        assert_eq!(all, (p.block * 40..240).collect::<Vec<_>>());
+    }
+}
