@@ -19,10 +19,19 @@ use zephon_core::{
 /// of the records pushed so far, so every second record swaps one out from the start. The
 /// count of records pushed is part of the state; the order still depends only on the lane's
 /// own stream.
+///
+/// [`Shuffle::keep_shares`] makes it keep a mixture's token shares: a buffer of 64 rows of
+/// 1024 reorders ~64 k tokens, and at one to four lanes that moved a dataset's share past
+/// what `ensure_mixture` holds it to before the buffer (up to 2× the bound of L × (slack +
+/// row length)). The record in the chosen slot goes out only if every dataset then stays
+/// within `limit` tokens of its share of what this lane emitted; otherwise the buffered
+/// record that leaves the shares best goes out instead. That is still a function of the
+/// lane's own stream.
 #[derive(Clone, Debug)]
 pub struct Shuffle {
     size: usize,
     warm_up: bool,
+    keep: Option<(std::sync::Arc<[f64]>, u64)>,
 }
 
 impl Shuffle {
@@ -31,7 +40,17 @@ impl Shuffle {
         if size == 0 {
             return Err(crate::Error::Config("the shuffle buffer needs at least 1 slot".into()));
         }
-        Ok(Shuffle { size, warm_up: false })
+        Ok(Shuffle { size, warm_up: false, keep: None })
+    }
+
+    /// Keeps every dataset within `limit` tokens of its share `shares[d]` of the tokens this
+    /// lane emits, where the buffer's contents allow (see the type's docs).
+    pub fn keep_shares(mut self, shares: &[f64], limit: u64) -> Result<Self, crate::Error> {
+        if shares.is_empty() || shares.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
+            return Err(crate::Error::Config(format!("the shuffle cannot keep shares {shares:?}")));
+        }
+        self.keep = Some((shares.into(), limit));
+        Ok(self)
     }
 
     /// Starts emitting at once: the buffer grows to `size` as records arrive, holding at most
@@ -50,7 +69,12 @@ impl Operator for Shuffle {
 
     fn fingerprint(&self) -> String {
         // Without warm-up the fingerprint is what it always was: old checkpoints still match.
-        if self.warm_up { format!("buffer={} warm_up=half", self.size) } else { format!("buffer={}", self.size) }
+        let base =
+            if self.warm_up { format!("buffer={} warm_up=half", self.size) } else { format!("buffer={}", self.size) };
+        match &self.keep {
+            Some((shares, limit)) => format!("{base} keep_shares={shares:?} limit={limit}"),
+            None => base,
+        }
     }
 
     fn describe(&self) -> String {
@@ -58,7 +82,10 @@ impl Operator for Shuffle {
             "buffer of {} records per lane, slots keyed by record lineage{}",
             self.size,
             if self.warm_up { ", growing from empty (at most half the records pushed)" } else { "" }
-        )
+        ) + &self
+            .keep
+            .as_ref()
+            .map_or(String::new(), |(_, limit)| format!(", keeping each dataset within {limit} tokens of its share"))
     }
 
     fn kind(&self) -> OperatorKind {
@@ -72,6 +99,11 @@ impl Operator for Shuffle {
             pushed: 0,
             key: RngKey::new(ctx.seed, "shuffle-buffer"),
             buf: Vec::with_capacity(self.size),
+            keep: self.keep.as_ref().map(|(shares, limit)| Keep {
+                shares: shares.clone(),
+                limit: *limit as f64,
+                emitted: vec![0; shares.len()],
+            }),
         }))
     }
 }
@@ -83,6 +115,46 @@ struct ShuffleBuffer {
     pushed: u64,
     key: RngKey,
     buf: Vec<Record>,
+    keep: Option<Keep>,
+}
+
+/// A lane's emitted tokens per dataset, and the shares they should keep.
+struct Keep {
+    shares: std::sync::Arc<[f64]>,
+    limit: f64,
+    emitted: Vec<u64>,
+}
+
+impl Keep {
+    /// Tokens of each dataset in `r` (its lineage's fragments).
+    fn tokens(&self, r: &Record) -> Vec<u64> {
+        let mut t = vec![0u64; self.shares.len()];
+        for f in r.lineage().fragments() {
+            if let Some(n) = t.get_mut(f.sample.dataset as usize) {
+                *n += u64::from(f.len());
+            }
+        }
+        t
+    }
+
+    /// How far the dataset furthest ahead of its share would be after `r` goes out.
+    fn worst_after(&self, r: &Record) -> f64 {
+        let add = self.tokens(r);
+        let total: u64 = self.emitted.iter().chain(&add).sum();
+        self.emitted
+            .iter()
+            .zip(&add)
+            .zip(self.shares.iter())
+            .map(|((e, a), s)| (e + a) as f64 - s * total as f64)
+            .fold(f64::MIN, f64::max)
+    }
+
+    fn emit(&mut self, r: &Record) {
+        let add = self.tokens(r);
+        for (e, a) in self.emitted.iter_mut().zip(add) {
+            *e += a;
+        }
+    }
 }
 
 impl ShuffleBuffer {
@@ -108,8 +180,27 @@ impl Accumulator for ShuffleBuffer {
             self.buf.push(record);
             return Ok(());
         }
-        let slot = self.key.below_at(lineage_hash(record.lineage()), self.buf.len() as u64) as usize;
-        out.push(std::mem::replace(&mut self.buf[slot], record));
+        let mut slot = self.key.below_at(lineage_hash(record.lineage()), self.buf.len() as u64) as usize;
+        if let Some(keep) = &self.keep
+            && keep.worst_after(&self.buf[slot]) > keep.limit
+        {
+            // The first from the chosen slot on of those that leave the shares best.
+            let n = self.buf.len();
+            let mut best = (keep.worst_after(&self.buf[slot]), slot);
+            for i in 1..n {
+                let at = (slot + i) % n;
+                let w = keep.worst_after(&self.buf[at]);
+                if w < best.0 {
+                    best = (w, at);
+                }
+            }
+            slot = best.1;
+        }
+        let gone = std::mem::replace(&mut self.buf[slot], record);
+        if let Some(keep) = &mut self.keep {
+            keep.emit(&gone);
+        }
+        out.push(gone);
         Ok(())
     }
 
@@ -117,13 +208,19 @@ impl Accumulator for ShuffleBuffer {
         self.pushed = 0;
         let mut rest = std::mem::take(&mut self.buf);
         rest.sort_by_key(|r| self.key.at(lineage_hash(r.lineage())));
+        if let Some(keep) = &mut self.keep {
+            rest.iter().for_each(|r| keep.emit(r));
+        }
         out.extend(rest);
         Ok(())
     }
 
     fn export(&self) -> AccumulatorState {
         // Without warm-up the state is what it always was (no values): old checkpoints load.
-        let values = if self.warm_up { vec![self.pushed] } else { Vec::new() };
+        let mut values = if self.warm_up { vec![self.pushed] } else { Vec::new() };
+        if let Some(keep) = &self.keep {
+            values.extend(&keep.emitted);
+        }
         AccumulatorState { values, buffered: self.buf.iter().map(|r| r.lineage().clone()).collect() }
     }
 
@@ -131,11 +228,16 @@ impl Accumulator for ShuffleBuffer {
         if buffered.len() > self.size {
             return Err(OpError::Fatal(format!("{} buffered records for a buffer of {}", buffered.len(), self.size)));
         }
+        let kept = self.keep.as_ref().map_or(0, |k| k.emitted.len());
+        let want = usize::from(self.warm_up) + kept;
+        if state.values.len() != want {
+            return Err(OpError::Fatal(format!("a shuffle state holds {:?}, not {want} values", state.values)));
+        }
+        if let Some(keep) = &mut self.keep {
+            keep.emitted.copy_from_slice(&state.values[state.values.len() - kept..]);
+        }
         if self.warm_up {
-            let pushed = match state.values[..] {
-                [n] => n,
-                _ => return Err(OpError::Fatal(format!("a warming-up shuffle state holds {:?}", state.values))),
-            };
+            let pushed = state.values[0];
             // Every push inserts while the buffer is below its capacity, so it always holds
             // exactly that many (a flushed buffer restarts its count).
             let want = self.capacity(pushed);

@@ -324,8 +324,20 @@ impl Pipeline {
                 Stage::Images(op) => Arc::new(op.clone()),
                 Stage::Pack(p) => Arc::new(p.clone()),
                 Stage::Shuffle { buffer, warm_up } => {
-                    let shuffle = Shuffle::new(*buffer)?;
-                    Arc::new(if *warm_up { shuffle.warm_up() } else { shuffle })
+                    let mut shuffle = Shuffle::new(*buffer)?;
+                    if *warm_up {
+                        shuffle = shuffle.warm_up();
+                    }
+                    // Shares that ensure_mixture keeps before the buffer, the buffer keeps too:
+                    // its reordering alone moved them past the bound at few lanes.
+                    let slack = self.stages.iter().find_map(|s| match s {
+                        Stage::EnsureMixture { slack_tokens, .. } => Some(*slack_tokens),
+                        _ => None,
+                    });
+                    if let (Some(shares), Some(slack)) = (&shares, slack) {
+                        shuffle = shuffle.keep_shares(shares, slack)?;
+                    }
+                    Arc::new(shuffle)
                 }
                 Stage::Custom(op) => op.clone(),
             });
