@@ -79,16 +79,18 @@ pub struct Mixture {
     pub(crate) config: SourceConfig,
     pub(crate) seed: Option<u64>,
     pub(crate) estimate: EstimateConfig,
+    /// The balance asked for; by default `RowTokens` where it can be measured.
+    pub(crate) balance: Option<Balance>,
 }
 
 impl Default for Mixture {
     fn default() -> Self {
         Mixture {
             datasets: Vec::new(),
-            // Finite data ends on every lane together unless asked otherwise.
-            config: SourceConfig { balance: Balance::RowTokens, ..SourceConfig::default() },
+            config: SourceConfig::default(),
             seed: None,
             estimate: EstimateConfig::default(),
+            balance: None,
         }
     }
 }
@@ -123,14 +125,16 @@ impl Mixture {
         self
     }
 
-    /// How the end of finite data is shared among lanes. Default `RowTokens`: with a tokenize
-    /// step, every row is tokenized once at build (cached on disk) and the end of the data is
-    /// shared out so that all lanes end within a few tokens, and `Tail::Drop` loses about one
-    /// step. `RowSizes` reads every row's text length instead (cheaper; lanes still end apart
-    /// by how tokens per byte vary between documents); `Estimates` reads nothing.
+    /// How the end of finite data is shared among lanes. `RowTokens`: every row is tokenized
+    /// once at build (cached on disk) and the end of the data is shared out so that all lanes
+    /// end within a few tokens, and `Tail::Drop` loses about one step. `RowSizes` reads every
+    /// row's text length instead (cheaper; lanes still end apart by how tokens per byte vary
+    /// between documents); `Estimates` reads nothing. Both row measures need a tokenize step
+    /// and no images (an image's tokens are not in the text). Default: `RowTokens` where it
+    /// can be measured, else `Estimates`.
     #[must_use]
     pub fn balance(mut self, balance: Balance) -> Self {
-        self.config.balance = balance;
+        self.balance = Some(balance);
         self
     }
 

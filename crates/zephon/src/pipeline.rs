@@ -216,10 +216,19 @@ impl Pipeline {
         let mut metadata = std::collections::BTreeMap::new();
         let mut config = m.config;
         config.seed = m.seed.unwrap_or(self.seed);
-        // Row sizes are text lengths turned into tokens: they need a tokenize step.
-        if config.exhaustion == Exhaustion::Repeat || !self.tokenizes() {
-            config.balance = Balance::Estimates;
-        }
+        // Row measures are of the text: they need a tokenize step, and images would not count.
+        let measurable = self.tokenizes() && !self.has_images();
+        config.balance = match m.balance {
+            _ if config.exhaustion == Exhaustion::Repeat => Balance::Estimates,
+            None if measurable => Balance::RowTokens,
+            None | Some(Balance::Estimates) => Balance::Estimates,
+            Some(b) if measurable => b,
+            Some(b) => {
+                return Err(Error::Build(format!(
+                    "balance {b:?} measures each row's text: it needs a tokenize step and no images (use Estimates)"
+                )));
+            }
+        };
         let planned = shares.is_some() || m.config.chunk_tokens.is_some();
         let estimates = if planned || config.balance != Balance::Estimates {
             let estimates = match saved.and_then(|s| s.get(TOKEN_ESTIMATES)) {
@@ -230,7 +239,7 @@ impl Pipeline {
                     // Only the balance needed them: data with no measurable rows (all bad,
                     // say) ends unbalanced, as the plan says, and its rows are reported
                     // as the run meets them.
-                    Err(_) if !planned => {
+                    Err(_) if !planned && m.balance.is_none() => {
                         config.balance = Balance::Estimates;
                         Vec::new()
                     }
@@ -452,6 +461,14 @@ impl Pipeline {
         #[cfg(feature = "text")]
         return self.stages.iter().any(|s| matches!(s, Stage::Tokenize(_)));
         #[cfg(not(feature = "text"))]
+        false
+    }
+
+    /// Whether the pipeline decodes images.
+    fn has_images(&self) -> bool {
+        #[cfg(feature = "vision")]
+        return self.stages.iter().any(|s| matches!(s, Stage::Images(_)));
+        #[cfg(not(feature = "vision"))]
         false
     }
 

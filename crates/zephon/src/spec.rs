@@ -146,9 +146,9 @@ pub struct SourceSpec {
     pub passes: u64,
     /// The source's own seed (default: the run's).
     pub seed: Option<u64>,
-    /// How finite data's end is shared among lanes: `row_tokens` (default; every row is
-    /// tokenized once, and lanes end together), `row_sizes` (every row's text length is read
-    /// once) or `estimates`.
+    /// How finite data's end is shared among lanes: `row_tokens` (every row is tokenized
+    /// once, and lanes end together), `row_sizes` (every row's text length is read once) or
+    /// `estimates`. Default: `row_tokens` for a text pipeline, `estimates` with images.
     pub balance: Option<String>,
 }
 
@@ -488,7 +488,8 @@ impl Spec {
             mixture = mixture.seed(seed);
         }
         match src.balance.as_deref() {
-            None | Some("row_tokens") => {}
+            None => {}
+            Some("row_tokens") => mixture = mixture.balance(Balance::RowTokens),
             Some("row_sizes") => mixture = mixture.balance(Balance::RowSizes),
             Some("estimates") => mixture = mixture.balance(Balance::Estimates),
             Some(other) => {

@@ -120,6 +120,15 @@ fn the_spec_reads_stored_ids_with_a_pretokenized_section() {
     let pretokenized = "[pretokenized]\nfield = \"input_ids\"\neos = 50256\nvocab_size = 50257";
     assert_eq!(steps(spec(&ids, pretokenized)), steps(spec(&text, &tokenize)));
 
+    // Finite stored ids: the end is shared by estimates unless asked; a row measure, which
+    // reads the text, is refused rather than ignored.
+    let finite = |balance: &str| spec(&ids, &format!("exhaustion = \"stop\"\n{balance}\n{pretokenized}"));
+    let s = finite("");
+    assert!(s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).is_ok());
+    let s = finite("balance = \"row_tokens\"");
+    let err = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("RowTokens") && err.contains("tokenize step"), "{err}");
+
     let both = format!("{tokenize}\n{pretokenized}");
     let err = zephon::Spec::parse(
         &format!("lanes = 1\nrows_per_step = 1\n[[dataset]]\nname = \"a\"\npath = \"x\"\nweight = 1.0\n{both}\n"),
