@@ -73,7 +73,7 @@ impl Dataset {
 }
 
 /// The work source of a pipeline: datasets, amounts and order.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Mixture {
     pub(crate) datasets: Vec<Dataset>,
     pub(crate) config: SourceConfig,
@@ -81,18 +81,6 @@ pub struct Mixture {
     pub(crate) estimate: EstimateConfig,
     /// The balance asked for; by default `RowTokens` where it can be measured.
     pub(crate) balance: Option<Balance>,
-}
-
-impl Default for Mixture {
-    fn default() -> Self {
-        Mixture {
-            datasets: Vec::new(),
-            config: SourceConfig::default(),
-            seed: None,
-            estimate: EstimateConfig::default(),
-            balance: None,
-        }
-    }
 }
 
 impl Mixture {
