@@ -184,23 +184,8 @@ fn every_real_row_is_delivered_exactly_once() {
 /// cannot know. Shared out by each row's tokens, the epoch loses at most one global step.
 #[test]
 fn under_drop_an_epoch_delivers_pieces_at_most_once() {
-    let open = |name: &str, corpus: &str, shard: &str| {
-        let path = corpus_dir(corpus, "jsonl").join(shard);
-        zephon_io::open_shards(name, zephon_io::Format::Jsonl, &[path], &zephon_io::DatasetOptions::default()).unwrap()
-    };
-    let datasets =
-        Datasets::new(vec![open("short", "a-exact", "part-00000.jsonl"), open("long", "b", "part-00001.jsonl")]);
-    // Byte tokens: a document of n bytes is n + 1 tokens (its EOS).
-    let mut lengths: BTreeMap<SampleId, u32> = BTreeMap::new();
-    for d in 0..2 {
-        for id in all_ids(&datasets, d) {
-            lengths.insert(id, datasets.read(&[id]).remove(0).unwrap().str("text").unwrap().len() as u32 + 1);
-        }
-    }
+    let ShortAndLong { datasets, lengths, row_tokens } = short_and_long();
     let total: u64 = lengths.values().map(|&n| u64::from(n)).sum();
-    // Each row's tokens, for the balanced end: byte tokens, exactly.
-    let row_tokens: Vec<Vec<u32>> =
-        (0..2).map(|d| all_ids(&datasets, d).iter().map(|id| lengths[id]).collect()).collect();
     let lost = |chunk_tokens: Option<u64>, balance: Balance| -> u64 {
         let config = SourceConfig {
             seed: 3,
@@ -213,7 +198,7 @@ fn under_drop_an_epoch_delivers_pieces_at_most_once() {
         // Without estimates a row counts its dataset's mean bytes: byte tokens, exactly.
         let source = MixtureSource::new(&datasets.manifests(), &[1.0, 1.0], config)
             .unwrap()
-            .balance_by_rows(&row_tokens, 8)
+            .balance_by_rows(row_tokens, 8)
             .unwrap();
         let case = format!("{chunk_tokens:?} {balance:?}");
         let spec = RunSpec {
@@ -273,6 +258,96 @@ fn under_drop_an_epoch_delivers_pieces_at_most_once() {
             "{chunk_tokens:?}: lost {by_estimates} of {total} tokens by estimates, {by_rows} by row tokens (a step is {step})"
         );
         assert!(by_rows <= step, "{chunk_tokens:?}, by row tokens: lost {by_rows} of {total} tokens, more than a step");
+    }
+}
+
+/// A short-document (a-exact part 0) and a long-document (b part 1) JSONL shard with byte
+/// tokens: a document of n bytes is n + 1 tokens (its EOS).
+struct ShortAndLong {
+    datasets: Datasets,
+    lengths: BTreeMap<SampleId, u32>,
+    /// Each row's tokens, per dataset in stored order (for the balanced end).
+    row_tokens: Vec<Vec<u32>>,
+}
+
+fn short_and_long() -> &'static ShortAndLong {
+    static DATA: OnceLock<ShortAndLong> = OnceLock::new();
+    DATA.get_or_init(|| {
+        let open = |name: &str, corpus: &str, shard: &str| {
+            let path = corpus_dir(corpus, "jsonl").join(shard);
+            zephon_io::open_shards(name, zephon_io::Format::Jsonl, &[path], &zephon_io::DatasetOptions::default())
+                .unwrap()
+        };
+        let datasets =
+            Datasets::new(vec![open("short", "a-exact", "part-00000.jsonl"), open("long", "b", "part-00001.jsonl")]);
+        let mut lengths: BTreeMap<SampleId, u32> = BTreeMap::new();
+        for d in 0..2 {
+            for id in all_ids(&datasets, d) {
+                lengths.insert(id, datasets.read(&[id]).remove(0).unwrap().str("text").unwrap().len() as u32 + 1);
+            }
+        }
+        let row_tokens = (0..2).map(|d| all_ids(&datasets, d).iter().map(|id| lengths[id]).collect()).collect();
+        ShortAndLong { datasets, lengths, row_tokens }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// Shared out by each row's tokens, one pass of short and long documents under `drop`
+    /// loses less than one global step, at any lane count, any pair of world sizes, any resume
+    /// step and either kind of chunk, and delivers every piece at most once.
+    #[test]
+    fn balanced_lanes_lose_less_than_a_step_at_any_topology_and_resume(
+        lanes in prop::sample::select(vec![1u32, 2, 4, 8, 16]),
+        w1_pick in 0usize..5,
+        w2_pick in 0usize..5,
+        before in 0u64..120,
+        chunk_tokens in prop::sample::select(vec![None, Some(4096u64), Some(65_536)]),
+    ) {
+        let ShortAndLong { datasets, lengths, row_tokens } = short_and_long();
+        let ws = divisors(lanes);
+        let (w1, w2) = (ws[w1_pick % ws.len()], ws[w2_pick % ws.len()]);
+        let config = SourceConfig {
+            seed: 11,
+            chunk_size: 64,
+            chunk_tokens,
+            exhaustion: Exhaustion::Redistribute,
+            balance: Balance::RowTokens,
+            ..Default::default()
+        };
+        let source = MixtureSource::new(&datasets.manifests(), &[1.0, 1.0], config)
+            .unwrap()
+            .balance_by_rows(row_tokens, lanes)
+            .unwrap();
+        let spec = RunSpec {
+            operators: operators(256, 4),
+            source: Arc::new(source),
+            datasets: datasets.clone(),
+            seed: 1,
+            bad_records: BadRecords::Fail,
+            tail: Tail::Drop,
+            metadata: Default::default(),
+        };
+        let (coverage, _) = delivered(&spec, lanes, (w1, w2), before);
+        let mut got = 0u64;
+        for (id, mut spans) in coverage {
+            spans.sort();
+            let mut at = 0;
+            for (s, e) in spans {
+                prop_assert!(s >= at, "{id} has overlapping pieces");
+                got += u64::from(e - s);
+                at = e;
+            }
+            prop_assert!(at <= lengths[&id], "{id} delivered past its end");
+        }
+        let total: u64 = lengths.values().map(|&n| u64::from(n)).sum();
+        let step = u64::from(lanes) * 2 * 256;
+        prop_assert!(
+            total - got <= step,
+            "L={lanes}, W {w1} then {w2} from step {before}, {chunk_tokens:?}: lost {} of {total}, a step is {step}",
+            total - got
+        );
     }
 }
 
