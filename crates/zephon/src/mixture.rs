@@ -119,7 +119,8 @@ impl Mixture {
     /// row's text length instead (cheaper; lanes still end apart by how tokens per byte vary
     /// between documents); `Estimates` reads nothing. Both row measures need a tokenize step
     /// and no images (an image's tokens are not in the text). Default: `RowTokens` where it
-    /// can be measured, else `Estimates`.
+    /// can be measured and the data is at most [`crate::ROW_TOKENS_BY_DEFAULT`] bytes, else
+    /// `Estimates`.
     #[must_use]
     pub fn balance(mut self, balance: Balance) -> Self {
         self.balance = Some(balance);

@@ -218,9 +218,10 @@ impl Pipeline {
         config.seed = m.seed.unwrap_or(self.seed);
         // Row measures are of the text: they need a tokenize step, and images would not count.
         let measurable = self.tokenizes() && !self.has_images();
+        let stored: u64 = datasets.manifests().iter().map(|d| d.bytes()).sum();
         config.balance = match m.balance {
             _ if config.exhaustion == Exhaustion::Repeat => Balance::Estimates,
-            None if measurable => Balance::RowTokens,
+            None if measurable && stored <= ROW_TOKENS_BY_DEFAULT => Balance::RowTokens,
             None | Some(Balance::Estimates) => Balance::Estimates,
             Some(b) if measurable => b,
             Some(b) => {
@@ -502,7 +503,11 @@ impl Pipeline {
                 (Some(t), true) => zephon_mix::row_sizes(datasets, &refs, &|s| t.count(s).map(clamp), threads)?,
                 _ => zephon_mix::row_sizes(datasets, &refs, &|s| Ok(clamp(s.len())), threads)?,
             };
-            let encoded: Vec<u8> = sizes.iter().flatten().flat_map(|b| b.to_le_bytes()).collect();
+            // Ranks that read different sizes would share out the end differently: the file
+            // carries its own checksum, and one that does not match is measured again.
+            let mut encoded: Vec<u8> = sizes.iter().flatten().flat_map(|b| b.to_le_bytes()).collect();
+            let sum = zephon_core::Digest::of(&encoded);
+            encoded.extend_from_slice(&sum.0);
             let tmp = cache.with_extension(format!("tmp.{}", std::process::id()));
             // A cache that cannot be written only costs a measurement next time.
             let _ = std::fs::create_dir_all(estimate_cache_dir())
@@ -521,12 +526,19 @@ impl Pipeline {
 /// Row sizes saved by [`Pipeline::row_sizes`], if they fit datasets of `rows` rows.
 #[cfg(feature = "text")]
 fn decode_row_sizes(bytes: &[u8], rows: &[u64]) -> Option<Vec<Vec<u32>>> {
-    if bytes.len() as u64 != rows.iter().sum::<u64>() * 4 {
+    let (bytes, sum) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
+    if bytes.len() as u64 != rows.iter().sum::<u64>() * 4 || zephon_core::Digest::of(bytes).0[..] != *sum {
         return None;
     }
     let mut all = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
     Some(rows.iter().map(|&n| all.by_ref().take(n as usize).collect()).collect())
 }
+
+/// Stored bytes of data up to which finite runs tokenize every row at build by default (under
+/// a minute on 2 cores with the GPT-2 fast path, a few with the `tokenizers` crate). Beyond, the end is shared by
+/// estimates unless `balance` asks otherwise: a pass of tokenizing on every rank would cost
+/// more than the tokens a balanced end saves.
+pub const ROW_TOKENS_BY_DEFAULT: u64 = 1 << 30;
 
 /// Whether a builder stage is only a stateless map (no accumulator stage in the plan).
 fn is_map(stage: &Stage) -> bool {
@@ -550,4 +562,26 @@ fn estimate_cache_dir() -> std::path::PathBuf {
             .unwrap_or_else(std::env::temp_dir)
     });
     base.join("estimates")
+}
+
+#[cfg(all(test, feature = "text"))]
+mod tests {
+    use super::decode_row_sizes;
+
+    /// A saved row-size file is used only whole and unchanged: a flipped byte or a file for
+    /// other data is measured again, not trusted.
+    #[test]
+    fn row_sizes_are_read_back_only_when_their_checksum_holds() {
+        let sizes: Vec<u32> = vec![3, 1400, 17, 9];
+        let mut file: Vec<u8> = sizes.iter().flat_map(|s| s.to_le_bytes()).collect();
+        let sum = zephon_core::Digest::of(&file);
+        file.extend_from_slice(&sum.0);
+        assert_eq!(decode_row_sizes(&file, &[1, 3]), Some(vec![vec![3], vec![1400, 17, 9]]));
+        assert_eq!(decode_row_sizes(&file, &[1, 2]), None, "other data");
+        let mut flipped = file.clone();
+        flipped[5] ^= 1;
+        assert_eq!(decode_row_sizes(&flipped, &[1, 3]), None, "a flipped byte");
+        assert_eq!(decode_row_sizes(&file[..10], &[1, 3]), None, "a cut file");
+        assert_eq!(decode_row_sizes(&[], &[]), None, "no checksum");
+    }
 }

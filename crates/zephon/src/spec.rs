@@ -148,7 +148,8 @@ pub struct SourceSpec {
     pub seed: Option<u64>,
     /// How finite data's end is shared among lanes: `row_tokens` (every row is tokenized
     /// once, and lanes end together), `row_sizes` (every row's text length is read once) or
-    /// `estimates`. Default: `row_tokens` for a text pipeline, `estimates` with images.
+    /// `estimates`. Default: `row_tokens` for a text pipeline over at most 1 GiB of data,
+    /// else `estimates`.
     pub balance: Option<String>,
 }
 
