@@ -184,7 +184,8 @@ fn every_real_row_is_delivered_exactly_once() {
 /// cannot know. Shared out by each row's tokens, the epoch loses at most one global step.
 #[test]
 fn under_drop_an_epoch_delivers_pieces_at_most_once() {
-    let ShortAndLong { datasets, lengths, row_tokens } = short_and_long();
+    let data = short_and_long();
+    let lengths = &data.lengths;
     let total: u64 = lengths.values().map(|&n| u64::from(n)).sum();
     let lost = |chunk_tokens: Option<u64>, balance: Balance| -> u64 {
         let config = SourceConfig {
@@ -196,21 +197,8 @@ fn under_drop_an_epoch_delivers_pieces_at_most_once() {
             ..Default::default()
         };
         // Without estimates a row counts its dataset's mean bytes: byte tokens, exactly.
-        let source = MixtureSource::new(&datasets.manifests(), &[1.0, 1.0], config)
-            .unwrap()
-            .balance_by_rows(row_tokens, 8)
-            .unwrap();
         let case = format!("{chunk_tokens:?} {balance:?}");
-        let spec = RunSpec {
-            operators: operators(256, 4),
-            source: Arc::new(source),
-            datasets: datasets.clone(),
-            seed: 1,
-            bad_records: BadRecords::Fail,
-            tail: Tail::Drop,
-            metadata: Default::default(),
-        };
-        let (coverage, left) = delivered(&spec, 8, (2, 4), 50);
+        let (coverage, left) = delivered(&data.drop_spec(config, 8), 8, (2, 4), 50);
         let (mut delivered, mut in_part, mut listed_in_part) = (0u64, 0u64, 0u64);
         for (id, mut spans) in coverage {
             spans.sort();
@@ -270,6 +258,26 @@ struct ShortAndLong {
     row_tokens: Vec<Vec<u32>>,
 }
 
+impl ShortAndLong {
+    /// One pass of both under `tail = "drop"`, mixed 1 : 1 by samples, dealt to `lanes`
+    /// lanes (the end shared out by each row's tokens if `config` asks).
+    fn drop_spec(&self, config: SourceConfig, lanes: u32) -> RunSpec {
+        let source = MixtureSource::new(&self.datasets.manifests(), &[1.0, 1.0], config)
+            .unwrap()
+            .balance_by_rows(&self.row_tokens, lanes)
+            .unwrap();
+        RunSpec {
+            operators: operators(256, 4),
+            source: Arc::new(source),
+            datasets: self.datasets.clone(),
+            seed: 1,
+            bad_records: BadRecords::Fail,
+            tail: Tail::Drop,
+            metadata: Default::default(),
+        }
+    }
+}
+
 fn short_and_long() -> &'static ShortAndLong {
     static DATA: OnceLock<ShortAndLong> = OnceLock::new();
     DATA.get_or_init(|| {
@@ -305,7 +313,8 @@ proptest! {
         before in 0u64..120,
         chunk_tokens in prop::sample::select(vec![None, Some(4096u64), Some(65_536)]),
     ) {
-        let ShortAndLong { datasets, lengths, row_tokens } = short_and_long();
+        let data = short_and_long();
+        let lengths = &data.lengths;
         let ws = divisors(lanes);
         let (w1, w2) = (ws[w1_pick % ws.len()], ws[w2_pick % ws.len()]);
         let config = SourceConfig {
@@ -316,20 +325,7 @@ proptest! {
             balance: Balance::RowTokens,
             ..Default::default()
         };
-        let source = MixtureSource::new(&datasets.manifests(), &[1.0, 1.0], config)
-            .unwrap()
-            .balance_by_rows(row_tokens, lanes)
-            .unwrap();
-        let spec = RunSpec {
-            operators: operators(256, 4),
-            source: Arc::new(source),
-            datasets: datasets.clone(),
-            seed: 1,
-            bad_records: BadRecords::Fail,
-            tail: Tail::Drop,
-            metadata: Default::default(),
-        };
-        let (coverage, _) = delivered(&spec, lanes, (w1, w2), before);
+        let (coverage, _) = delivered(&data.drop_spec(config, lanes), lanes, (w1, w2), before);
         let mut got = 0u64;
         for (id, mut spans) in coverage {
             spans.sort();
