@@ -7,11 +7,14 @@
 //! permutation (a Feistel network) keyed by (seed, dataset, pass); chunks are dealt to lanes
 //! by a seeded permutation per block of L chunks. So a lane seeks to its n-th chunk in O(1),
 //! the cost of a pointer does not grow with the lane count, and a checkpoint of the work
-//! source is one cursor per lane.
+//! source is one cursor per lane. The one exception is the end of finite data: given each
+//! row's tokens, it is planned once, up front, so that every lane ends with the same tokens
+//! ([`Balance`]).
 //!
 //! Two accumulators live here too, because they are about *what* is trained on: [`Shuffle`]
-//! (a shuffle buffer keyed by record lineage) and [`EnsureMixture`] (a token-deficit
-//! scheduler that keeps realized token shares on target after tokenization).
+//! (a shuffle buffer keyed by record lineage, which can keep token shares) and
+//! [`EnsureMixture`] (a token-deficit scheduler that keeps realized token shares on target
+//! after tokenization).
 //!
 //! What this crate is not: it reads no files (it sees dataset manifests, plain data from
 //! `zephon-core`, so it never compiles Arrow), and it does not tokenize; token estimation

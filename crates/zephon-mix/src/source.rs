@@ -42,8 +42,8 @@ pub struct SourceConfig {
     pub exhaustion: Exhaustion,
     /// Passes over each dataset before it is exhausted (ignored by `Repeat`).
     pub passes: u64,
-    /// How the end of a finite stream is shared among lanes. `RowSizes` takes effect once
-    /// the rows' sizes are given ([`MixtureSource::balance_by_rows`]).
+    /// How the end of a finite stream is shared among lanes. `RowSizes` and `RowTokens` take
+    /// effect once each row's tokens are given ([`MixtureSource::balance_by_rows`]).
     #[serde(default, skip_serializing_if = "is_estimates")]
     pub balance: Balance,
 }
@@ -90,7 +90,9 @@ struct Phase {
 /// one to each lane, and any lane finds its n-th chunk in O(1), whatever L. When a finite
 /// stream's last block has fewer than L chunks, that stretch is cut again into L pieces of
 /// equal estimated tokens, piece π_n(l) for lane l: every lane draws the same number of
-/// chunks, and the lanes end closer together.
+/// chunks, and the lanes end closer together. Given each row's tokens
+/// ([`MixtureSource::balance_by_rows`]), the end is shared out document by document instead,
+/// and the lanes end within a few tokens of each other.
 pub struct MixtureSource {
     config: SourceConfig,
     names: Vec<String>,
@@ -172,9 +174,11 @@ impl MixtureSource {
     }
 
     /// Shares out the end of a finite stream for `lanes` lanes so that every lane ends with
-    /// the same tokens (see [`Balance::RowSizes`] and [`Balance::RowTokens`]). `row_tokens[d][r]` is the estimated
-    /// tokens of row r of dataset d, rows in stored order (shard by shard). Does nothing for
-    /// an endless stream or under `Balance::Estimates`. Costs a walk over the whole stream.
+    /// the same tokens (see [`Balance::RowSizes`] and [`Balance::RowTokens`]).
+    /// `row_tokens[d][r]` is the tokens (counted or estimated) of row r of dataset d, rows in
+    /// stored order (shard by shard). Does nothing for an endless stream or under
+    /// `Balance::Estimates`. Costs a walk over the whole stream. The source then serves only
+    /// `lanes` lanes (another count is an error).
     pub fn balance_by_rows(mut self, row_tokens: &[Vec<u32>], lanes: u32) -> Result<Self> {
         let (Some(total), Some(chunks)) = (self.total, self.chunks()) else {
             return Ok(self);
@@ -419,7 +423,7 @@ impl WorkSource for MixtureSource {
     fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> std::result::Result<Option<Chunk>, String> {
         if let Some(plan) = &self.tail {
             if plan.lanes != lanes {
-                return Err(format!("the stream's end was re-cut for {} lanes, not {lanes}", plan.lanes));
+                return Err(format!("the stream's end was shared out for {} lanes, not {lanes}", plan.lanes));
             }
             let first = plan.block * u64::from(lanes);
             return Ok(match n.cmp(&plan.block) {

@@ -216,20 +216,7 @@ impl Pipeline {
         let mut metadata = std::collections::BTreeMap::new();
         let mut config = m.config;
         config.seed = m.seed.unwrap_or(self.seed);
-        // Row measures are of the text: they need a tokenize step, and images would not count.
-        let measurable = self.tokenizes() && !self.has_images();
-        let stored: u64 = datasets.manifests().iter().map(|d| d.bytes()).sum();
-        config.balance = match m.balance {
-            _ if config.exhaustion == Exhaustion::Repeat => Balance::Estimates,
-            None if measurable && stored <= ROW_TOKENS_BY_DEFAULT => Balance::RowTokens,
-            None | Some(Balance::Estimates) => Balance::Estimates,
-            Some(b) if measurable => b,
-            Some(b) => {
-                return Err(Error::Build(format!(
-                    "balance {b:?} measures each row's text: it needs a tokenize step and no images (use Estimates)"
-                )));
-            }
-        };
+        config.balance = self.balance(&datasets)?;
         let planned = shares.is_some() || m.config.chunk_tokens.is_some();
         let estimates = if planned || config.balance != Balance::Estimates {
             let estimates = match saved.and_then(|s| s.get(TOKEN_ESTIMATES)) {
@@ -457,6 +444,26 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// How the end of the data is shared among lanes: as asked, or by counted row tokens
+    /// where they can be measured (a text pipeline) and cost little (small data).
+    fn balance(&self, datasets: &Datasets) -> Result<Balance> {
+        let m = &self.mixture;
+        // Row measures are of the text: they need a tokenize step, and images would not count.
+        let measurable = self.tokenizes() && !self.has_images();
+        let stored: u64 = datasets.manifests().iter().map(|d| d.bytes()).sum();
+        Ok(match m.balance {
+            _ if m.config.exhaustion == Exhaustion::Repeat => Balance::Estimates,
+            None if measurable && stored <= ROW_TOKENS_BY_DEFAULT => Balance::RowTokens,
+            None | Some(Balance::Estimates) => Balance::Estimates,
+            Some(b) if measurable => b,
+            Some(b) => {
+                return Err(Error::Build(format!(
+                    "balance {b:?} measures each row's text: it needs a tokenize step and no images (use Estimates)"
+                )));
+            }
+        })
+    }
+
     /// Whether the pipeline has a tokenize step.
     fn tokenizes(&self) -> bool {
         #[cfg(feature = "text")]
