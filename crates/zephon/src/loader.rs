@@ -116,9 +116,9 @@ impl DataReport {
             out.push(format!(
                 "the data ended on one lane while lanes {} still had data, which was not delivered: \
                  what they held ({}) and the input they had not read; the documents listed in the \
-                 report (cut_off_documents) came in part or not at all (lanes draw documents of different lengths; [source] chunk_tokens \
-                 deals by estimated tokens instead of samples, which keeps lanes closer); \
-                 tail = \"partial\" delivers it",
+                 report (cut_off_documents) came in part or not at all (lanes end apart when the end of the data \
+                 is not shared out by row tokens, [source] balance = \"row_tokens\", or when ensure_mixture drops \
+                 documents or packing fills rows differently on each lane); tail = \"partial\" delivers it",
                 lanes.join(", "),
                 if held.is_empty() { "nothing".to_string() } else { held.join("; ") }
             ));
