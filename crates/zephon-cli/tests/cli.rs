@@ -120,6 +120,81 @@ fn sixty_four_rank_processes_equal_one() {
     assert!(out.contains("W=64 threads=1") && out.contains("every global step is identical"), "{out}");
 }
 
+/// The first `n` documents of a corpus's JSONL shards, as one JSONL file in `dir/name`.
+fn subset(dir: &Path, corpus: &str, name: &str, n: usize) -> PathBuf {
+    let mut shards: Vec<PathBuf> =
+        std::fs::read_dir(zephon_testkit::testdata().join("corpora").join(corpus).join("jsonl"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .collect();
+    shards.sort();
+    let lines: Vec<String> = shards
+        .iter()
+        .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+        .take(n)
+        .collect();
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("part-0.jsonl"), lines.join("\n") + "\n").unwrap();
+    out
+}
+
+/// Finite data to its end under `tail = "drop"`, its end shared out by each row's tokens: rank
+/// processes at W = 1, 2, 4, 8 (and a resume from W = 2 on W = 8) each plan the end on their
+/// own and deliver the same steps to the last, no lane is cut off, and the final partial step
+/// is all that is left out.
+#[test]
+fn finite_data_ends_on_every_lane_together_in_every_rank_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let (short, long) = (subset(dir.path(), "a", "short", 300), subset(dir.path(), "b", "long", 40));
+    let s = dir.path().join("finite.toml");
+    std::fs::write(
+        &s,
+        format!(
+            "seed = 7\nlanes = 8\nrows_per_step = 16\n\
+             [[dataset]]\nname = \"short\"\npath = \"{}\"\nweight = 1.0\n\
+             [[dataset]]\nname = \"long\"\npath = \"{}\"\nweight = 1.0\n\
+             [source]\nchunk_size = 2\nexhaustion = \"redistribute\"\n\
+             [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n\
+             [pack]\nalgorithm = \"best_fit\"\nseq_len = 256\npad_id = 50256\n\
+             [shuffle]\nbuffer = 4\n[run]\nthreads = 1\ntail = \"drop\"\n",
+            short.display(),
+            long.display(),
+            zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json").display()
+        ),
+    )
+    .unwrap();
+    let report = dir.path().join("report.json");
+    let o = zephon(&["run", "--spec", s.to_str().unwrap(), "--quiet", "--report", report.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let steps = r["steps"].as_u64().unwrap();
+    assert!(steps > 20, "{r}");
+    assert_eq!(r["data"]["lanes_cut_off"].as_array().map(Vec::len), Some(0), "{r}");
+    assert!(r["data"]["tail_dropped_rows"].as_u64().unwrap() < 16, "less than one step left out: {r}");
+    let steps = steps.to_string();
+    let o = zephon(&[
+        "verify",
+        "--spec",
+        s.to_str().unwrap(),
+        "--world-sizes",
+        "1,2,4,8",
+        "--threads",
+        "1,2",
+        "--steps",
+        &steps,
+        "--resume-at",
+        "20",
+        "--resume-world-sizes",
+        "2,8",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success() && out.contains("every global step is identical"), "{out}");
+    let explain = text(&zephon(&["explain", "--spec", s.to_str().unwrap()]));
+    assert!(explain.contains("the end is shared out by each row's tokens"), "{explain}");
+}
+
 #[test]
 fn explain_and_inspect_describe_the_run() {
     let dir = tempfile::tempdir().unwrap();
