@@ -33,6 +33,8 @@
 mod assembled;
 mod error;
 mod loader;
+#[cfg(feature = "text")]
+mod measured;
 mod mixture;
 mod pipeline;
 pub mod spec;

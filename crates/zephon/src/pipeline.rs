@@ -417,20 +417,14 @@ impl Pipeline {
                     }
                     estimates
                 };
-                let cache = estimate_cache_dir().join(format!("{key}.json"));
-                if let Some(saved) = std::fs::read(&cache).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
-                    return Ok(with_added(saved));
-                }
                 cfg.threads = self.exec.threads.max(1);
                 let count = move |s: &str| tokenizer.count(s);
-                let estimates = zephon_mix::estimate(datasets, &field_refs, &count, cfg)?;
-                if let Ok(json) = serde_json::to_vec(&estimates) {
-                    // A cache that cannot be written only costs a measurement next time.
-                    let tmp = cache.with_extension(format!("tmp.{}", std::process::id()));
-                    let _ = std::fs::create_dir_all(estimate_cache_dir())
-                        .and_then(|_| std::fs::write(&tmp, json))
-                        .and_then(|_| std::fs::rename(&tmp, &cache));
-                }
+                let estimates = crate::measured::once(
+                    &format!("{key}.json"),
+                    |b| serde_json::from_slice(b).ok(),
+                    |e| serde_json::to_vec(e).unwrap_or_default(),
+                    || Ok(zephon_mix::estimate(datasets, &field_refs, &count, cfg)?),
+                )?;
                 return Ok(with_added(estimates));
             }
         }
@@ -498,29 +492,21 @@ impl Pipeline {
                 (Some(t), true) => h.update(format!("row tokens|{fields:?}|{}", t.sha256())),
                 _ => h.update(format!("row bytes|{fields:?}")),
             }
-            let cache = estimate_cache_dir().join(format!("{}.rows", hex::encode(&h.finalize()[..16])));
             let rows: Vec<u64> = datasets.manifests().iter().map(|m| m.rows()).collect();
-            if let Some(saved) = std::fs::read(&cache).ok().and_then(|b| decode_row_sizes(&b, &rows)) {
-                return Ok(saved);
-            }
             let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
             let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
             let threads = self.exec.threads.max(1);
-            let sizes = match (&tokenizer, tokens) {
-                (Some(t), true) => zephon_mix::row_sizes(datasets, &refs, &|s| t.count(s).map(clamp), threads)?,
-                _ => zephon_mix::row_sizes(datasets, &refs, &|s| Ok(clamp(s.len())), threads)?,
-            };
-            // Ranks that read different sizes would share out the end differently: the file
-            // carries its own checksum, and one that does not match is measured again.
-            let mut encoded: Vec<u8> = sizes.iter().flatten().flat_map(|b| b.to_le_bytes()).collect();
-            let sum = zephon_core::Digest::of(&encoded);
-            encoded.extend_from_slice(&sum.0);
-            let tmp = cache.with_extension(format!("tmp.{}", std::process::id()));
-            // A cache that cannot be written only costs a measurement next time.
-            let _ = std::fs::create_dir_all(estimate_cache_dir())
-                .and_then(|_| std::fs::write(&tmp, encoded))
-                .and_then(|_| std::fs::rename(&tmp, &cache));
-            Ok(sizes)
+            crate::measured::once(
+                &format!("{}.rows", hex::encode(&h.finalize()[..16])),
+                |b| decode_row_sizes(b, &rows),
+                |sizes| encode_row_sizes(sizes),
+                || {
+                    Ok(match (&tokenizer, tokens) {
+                        (Some(t), true) => zephon_mix::row_sizes(datasets, &refs, &|s| t.count(s).map(clamp), threads)?,
+                        _ => zephon_mix::row_sizes(datasets, &refs, &|s| Ok(clamp(s.len())), threads)?,
+                    })
+                },
+            )
         }
         #[cfg(not(feature = "text"))]
         {
@@ -528,6 +514,17 @@ impl Pipeline {
             Err(Error::Build("row sizes need a tokenize step".into()))
         }
     }
+}
+
+/// Row sizes as saved: little-endian u32s, then their SHA-256. Ranks that read different sizes
+/// would share out the end differently, so a file whose checksum does not match is measured
+/// again.
+#[cfg(feature = "text")]
+fn encode_row_sizes(sizes: &[Vec<u32>]) -> Vec<u8> {
+    let mut encoded: Vec<u8> = sizes.iter().flatten().flat_map(|b| b.to_le_bytes()).collect();
+    let sum = zephon_core::Digest::of(&encoded);
+    encoded.extend_from_slice(&sum.0);
+    encoded
 }
 
 /// Row sizes saved by [`Pipeline::row_sizes`], if they fit datasets of `rows` rows.
@@ -559,30 +556,15 @@ fn is_map(stage: &Stage) -> bool {
     }
 }
 
-/// `ZEPHON_CACHE`, else `$XDG_CACHE_HOME/zephon`, else `~/.cache/zephon`; `estimates/` in it.
-#[cfg(feature = "text")]
-fn estimate_cache_dir() -> std::path::PathBuf {
-    let base = std::env::var_os("ZEPHON_CACHE").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(|c| std::path::PathBuf::from(c).join("zephon"))
-            .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/zephon")))
-            .unwrap_or_else(std::env::temp_dir)
-    });
-    base.join("estimates")
-}
-
 #[cfg(all(test, feature = "text"))]
 mod tests {
-    use super::decode_row_sizes;
+    use super::{decode_row_sizes, encode_row_sizes};
 
     /// A saved row-size file is used only whole and unchanged: a flipped byte or a file for
     /// other data is measured again, not trusted.
     #[test]
     fn row_sizes_are_read_back_only_when_their_checksum_holds() {
-        let sizes: Vec<u32> = vec![3, 1400, 17, 9];
-        let mut file: Vec<u8> = sizes.iter().flat_map(|s| s.to_le_bytes()).collect();
-        let sum = zephon_core::Digest::of(&file);
-        file.extend_from_slice(&sum.0);
+        let file = encode_row_sizes(&[vec![3], vec![1400, 17, 9]]);
         assert_eq!(decode_row_sizes(&file, &[1, 3]), Some(vec![vec![3], vec![1400, 17, 9]]));
         assert_eq!(decode_row_sizes(&file, &[1, 2]), None, "other data");
         let mut flipped = file.clone();
