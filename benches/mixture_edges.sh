@@ -9,18 +9,21 @@
 #    over SEEDS seeds.
 # 2. One pass under tail = "drop": the tokens left out, against tail = "partial", for
 #    redistribute and stop, chunks of 64 samples, 65,536 and 8,192 estimated tokens, 8 lanes,
-#    the end shared out by counted row tokens, row sizes (the default) and estimates.
+#    the end shared out by counted row tokens (the default), row sizes and estimates.
+# 3. The same loss over SEEDS seeds, by counted row tokens under redistribute, for wrap and
+#    best-fit with its open rows at the end kept as they are (`keep_pieces`) or laid out into
+#    full rows (`fill_rows`, the default under drop).
 #
 #   bash benches/mixture_edges.sh [STEPS] [SEEDS]     (default 200 steps, 2 seeds)
 #
 # Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), ZEPHON_BIN, PARTS (default
-# "12": which of the two parts to run).
+# "123": which parts to run).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STEPS=${1:-200}
 SEEDS=${2:-2}
-PARTS=${PARTS:-12}
+PARTS=${PARTS:-123}
 DATA=${ZEPHON_TESTDATA:-$HOME/.cache/zephon-testdata}
 BIN=${ZEPHON_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/zephon}
 (cd "$REPO" && bash scripts/fetch-testdata.sh && cargo build --release -q -p zephon-cli)
@@ -39,7 +42,7 @@ with open(sys.argv[2], "w") as out:
                     out.write(json.dumps({"text": l}) + "\n")
 EOF
 
-spec() { # seed lanes algorithm shuffle(0|1) chunks exhaustion tail ensure(0|1) [balance]
+spec() { # seed lanes algorithm shuffle(0|1) chunks exhaustion tail ensure(0|1) [balance] [end_of_data]
     cat <<SPEC
 seed = $1
 lanes = $2
@@ -66,6 +69,7 @@ $([ "$8" = 1 ] && printf '[ensure_mixture]\nslack_tokens = 4096\n')
 algorithm = "$3"
 seq_len = 1024
 pad_id = 50256
+${10:+end_of_data = \"${10}\"}
 $([ "$4" = 1 ] && printf '[shuffle]\nbuffer = 64\n')
 [run]
 threads = 2
@@ -94,7 +98,7 @@ for shuffle in 0 1; do
 done
 
 fi
-[[ $PARTS == *2* ]] || exit 0
+if [[ $PARTS == *2* ]]; then
 echo "== one pass, 8 lanes, best-fit, a 64-row shuffle: tokens tail = drop leaves out"
 for balance in row_tokens row_sizes estimates; do
 for exhaustion in redistribute stop; do
@@ -109,4 +113,25 @@ for exhaustion in redistribute stop; do
         python3 -c "all,kept,steps=$all,$kept,$steps; print(f'by $balance, $exhaustion, ${chunks}: {100*(all-kept)/all:.2f} % of {all/1e6:.1f} M tokens = {(all-kept)/(kept/steps):.1f} steps')"
     done
 done
+done
+fi
+
+[[ $PARTS == *3* ]] || exit 0
+echo "== one pass, redistribute, by counted row tokens, over seeds 1..$SEEDS: steps tail = drop leaves out"
+for packing in "wrap" "best_fit keep_pieces" "best_fit fill_rows"; do
+    read -r algorithm end <<< "$packing"
+    for chunks in "chunk_size = 64" "chunk_tokens = 65536" "chunk_tokens = 8192"; do
+        lost=""
+        for seed in $(seq 1 "$SEEDS"); do
+            spec "$seed" 8 "$algorithm" 1 "$chunks" redistribute partial 0 row_tokens > "$TMP/p.toml"
+            spec "$seed" 8 "$algorithm" 1 "$chunks" redistribute drop 0 row_tokens "$end" > "$TMP/d.toml"
+            "$BIN" run --spec "$TMP/p.toml" --quiet --report "$TMP/p.json" 2>/dev/null
+            "$BIN" run --spec "$TMP/d.toml" --quiet --report "$TMP/d.json" 2>/dev/null
+            all=$(field "$TMP/p.json" "r['tokens']")
+            kept=$(field "$TMP/d.json" "r['tokens']")
+            steps=$(field "$TMP/d.json" "r['steps']")
+            lost="$lost $(python3 -c "print(f'{($all-$kept)/($kept/$steps):.2f}')")"
+        done
+        printf '%-22s %-22s %s\n' "$packing" "$chunks" "$lost"
+    done
 done

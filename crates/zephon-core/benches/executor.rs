@@ -10,6 +10,11 @@ use std::sync::Arc;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use zephon_core::*;
 
+/// The allocator the `zephon` binary uses: with the system allocator, the consumer freeing rows
+/// that workers allocated contends on glibc's arena lock and the bench measures that lock.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const RECORDS: u64 = 65_536;
 const ROWS_PER_STEP: u32 = 256;
 

@@ -65,6 +65,34 @@ impl fmt::Display for LongDocs {
     }
 }
 
+/// What the fit algorithms do with their open rows when the lane's input ends.
+///
+/// `KeepPieces` emits each open row as it is, so no piece is ever cut. Each row is then up to
+/// a piece's worth short, and at the end of finite data a lane emits its `bins` open rows
+/// whatever they hold: lanes that took equal tokens end a few rows apart, and under
+/// `tail = "drop"` the rows past the lane with the fewest are dropped. `FillRows` lays the open
+/// rows' pieces out as [`Algorithm::Wrap`] would, in the rows' creation order, cutting every T
+/// tokens (never inside an atomic attachment): every row but the last is full, so lanes with
+/// equal tokens end within a row of each other. Only the pieces held at the end can be cut;
+/// [`Algorithm::Wrap`] has nothing else to do either way.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EndOfData {
+    /// Emit the open rows as they are.
+    #[default]
+    KeepPieces,
+    /// Re-lay the open rows' pieces into full rows.
+    FillRows,
+}
+
+impl fmt::Display for EndOfData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EndOfData::KeepPieces => "keep_pieces",
+            EndOfData::FillRows => "fill_rows",
+        })
+    }
+}
+
 /// Every setting of a packer. Build one with [`PackConfig::new`] and change fields with
 /// struct update syntax; [`crate::Pack::new`] checks it.
 ///
@@ -97,6 +125,8 @@ pub struct PackConfig {
     pub ignore_index: i32,
     /// The input field holding the token ids (`Value::Seq` of `u32`).
     pub input_field: String,
+    /// What the fit algorithms do with their open rows when the input ends.
+    pub end_of_data: EndOfData,
 }
 
 /// Default [`PackConfig::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
@@ -111,7 +141,8 @@ pub const DEFAULT_IGNORE_INDEX: i32 = -100;
 impl PackConfig {
     /// `algorithm` into rows of `seq_len` tokens, with the defaults: at most
     /// `seq_len / DEFAULT_TOKENS_PER_SEGMENT` documents a row (at least 1), long documents split,
-    /// padding id 0, ignore index -100, input field `tokens`.
+    /// padding id 0, ignore index -100, input field `tokens`, open rows kept as they are at the
+    /// end of the input.
     pub fn new(algorithm: Algorithm, seq_len: usize) -> Self {
         PackConfig {
             algorithm,
@@ -121,6 +152,7 @@ impl PackConfig {
             pad_id: 0,
             ignore_index: DEFAULT_IGNORE_INDEX,
             input_field: "tokens".into(),
+            end_of_data: EndOfData::KeepPieces,
         }
     }
 
@@ -152,10 +184,16 @@ impl PackConfig {
     }
 
     /// Every setting in one canonical line (the operator's checkpoint fingerprint). `v1` names
-    /// the row layout: a change to what rows contain must change it.
+    /// the row layout: a change to what rows contain must change it. The end-of-data policy
+    /// is named only where it changes rows (not the default, not wrap), so checkpoints taken
+    /// before it existed still restore.
     pub fn fingerprint(&self) -> String {
+        let end = match (self.algorithm, self.end_of_data) {
+            (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => String::new(),
+            (_, other) => format!(" end_of_data={other}"),
+        };
         format!(
-            "pack/v1 algorithm={} seq_len={} max_segments={} long={} pad_id={} ignore_index={} input_field={:?}",
+            "pack/v1 algorithm={} seq_len={} max_segments={} long={} pad_id={} ignore_index={} input_field={:?}{end}",
             self.algorithm,
             self.seq_len,
             self.max_segments,
@@ -207,6 +245,7 @@ mod tests {
             PackConfig { pad_id: 1, ..base.clone() },
             PackConfig { ignore_index: -1, ..base.clone() },
             PackConfig { input_field: "ids".into(), ..base.clone() },
+            PackConfig { end_of_data: EndOfData::FillRows, ..base.clone() },
         ];
         let mut seen = vec![base.fingerprint()];
         for v in variants {

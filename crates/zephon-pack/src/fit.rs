@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use zephon_core::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
-use crate::config::PackConfig;
+use crate::config::{EndOfData, PackConfig};
 use crate::doc::{Piece, pieces, read_piece};
 use crate::error::PackError;
 use crate::row::{self, OpenRow};
 use crate::state;
+use crate::wrap;
 
 /// Which open row a piece goes into.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -66,7 +67,7 @@ impl FitAcc {
                         out.push(self.open.remove(j).into_record(config)?);
                     }
                 }
-                let mut row = OpenRow::new(config);
+                let mut row = OpenRow::growing();
                 row.push(piece)?;
                 self.open.push(row);
             }
@@ -85,8 +86,24 @@ impl Accumulator for FitAcc {
     }
 
     fn finish(&mut self, out: &mut Vec<Record>) -> Result<(), OpError> {
-        for row in std::mem::take(&mut self.open) {
-            out.push(row.into_record(&self.config)?);
+        let config = &*self.config;
+        let open = std::mem::take(&mut self.open);
+        match config.end_of_data {
+            EndOfData::KeepPieces => {
+                for row in open {
+                    out.push(row.into_record(config)?);
+                }
+            }
+            EndOfData::FillRows => {
+                let mut row = OpenRow::new(config);
+                for piece in open.into_iter().map(OpenRow::into_pieces).collect::<Result<Vec<_>, _>>()?.iter().flatten()
+                {
+                    wrap::lay(&mut row, piece, piece.len(), config, out)?;
+                }
+                if !row.is_empty() {
+                    out.push(row.into_record(config)?);
+                }
+            }
         }
         Ok(())
     }

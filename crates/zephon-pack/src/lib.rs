@@ -75,7 +75,7 @@ use std::sync::Arc;
 
 use zephon_core::{Accumulator, LaneContext, Operator, OperatorKind};
 
-pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, LongDocs, PackConfig};
+pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongDocs, PackConfig};
 pub use error::PackError;
 pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS};
 
@@ -161,8 +161,12 @@ impl Operator for Pack {
             LongDocs::Split => "longer documents split",
             LongDocs::Truncate => "longer documents truncated",
         };
+        let end = match (c.algorithm, c.end_of_data) {
+            (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => "",
+            (_, EndOfData::FillRows) => ", open rows re-laid into full rows at the end of the data",
+        };
         format!(
-            "pack: {how} into rows of {} tokens, at most {} documents a row, {long}, pad {}; holds up to {holds} per lane",
+            "pack: {how} into rows of {} tokens, at most {} documents a row, {long}, pad {}{end}; holds up to {holds} per lane",
             c.seq_len, c.max_segments, c.pad_id
         )
     }

@@ -4,7 +4,7 @@
 //! it with the row's fragments and their tokens, so a rebuilt row is byte-identical to the
 //! row first emitted by construction, not by a second implementation agreeing with the first.
 
-use zephon_core::{Attachment, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
+use zephon_core::{Attachment, Buffer, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
 
 use crate::config::PackConfig;
 use crate::doc::{Piece, read_piece};
@@ -47,9 +47,17 @@ pub(crate) struct OpenRow {
 }
 
 impl OpenRow {
-    /// An empty row whose token buffer already has room for T tokens (it becomes `input_ids`).
+    /// An empty row whose token buffer already has room for T tokens (it becomes `input_ids`):
+    /// for rows that fill up (wrap's one row, a piece that is a row by itself).
     pub fn new(config: &PackConfig) -> Self {
         OpenRow { fragments: Vec::new(), tokens: Vec::with_capacity(config.seq_len), attachments: Vec::new() }
+    }
+
+    /// An empty row whose token buffer grows with what it holds: for the fit algorithms'
+    /// open rows, of which a lane may hold many, most of them far from full. Reserving T for
+    /// each made 1,024 lanes of 64 open rows hold ~4 KiB per open row however little was in it.
+    pub fn growing() -> Self {
+        OpenRow { fragments: Vec::new(), tokens: Vec::new(), attachments: Vec::new() }
     }
 
     /// Tokens so far.
@@ -97,6 +105,32 @@ impl OpenRow {
     /// The lineage of each held piece, in order (what `export` saves).
     pub fn lineages(&self) -> impl Iterator<Item = Lineage> + '_ {
         self.fragments.iter().map(|f| Lineage::single(*f))
+    }
+
+    /// The pieces the row holds, in order, as they were before they entered it: tokens (views
+    /// of the row's buffer), fragment, and attachments back at piece positions.
+    pub fn into_pieces(self) -> Result<Vec<Piece>, PackError> {
+        let tokens = Buffer::new(self.tokens);
+        let segment = Field::new(SEGMENT);
+        let mut attachments = self.attachments.into_iter().peekable();
+        let mut pieces = Vec::with_capacity(self.fragments.len());
+        let mut at = 0usize;
+        for (i, fragment) in self.fragments.into_iter().enumerate() {
+            let n = fragment.len() as usize;
+            let lost = || PackError::State(format!("{fragment} does not match the row's tokens"));
+            let piece_tokens = tokens.slice(at..at + n).ok_or_else(lost)?;
+            let mut own = Vec::new();
+            while let Some(a) = attachments.next_if(|a| a.get(SEGMENT) == Some(&Value::Int(i as i64 + 1))) {
+                let mut a = a;
+                a.take(segment.as_str());
+                let span = a.span().and_then(|s| s.shifted(-(at as i64))).ok_or_else(lost)?;
+                let atomic = a.is_atomic();
+                own.push(a.placed(span, atomic));
+            }
+            pieces.push(Piece { fragment, tokens: piece_tokens, attachments: own });
+            at += n;
+        }
+        Ok(pieces)
     }
 
     /// Lays out the row (its token buffer becomes `input_ids`).
@@ -170,6 +204,8 @@ pub(crate) fn assemble(
     }
 
     let mut input_ids = tokens;
+    // Exactly T: a buffer that grew by doubling would otherwise keep up to 2T in every row.
+    input_ids.reserve_exact(t - input_ids.len());
     input_ids.resize(t, config.pad_id);
     let mut labels = vec![config.ignore_index; t];
     let mut positions = vec![0i32; t];

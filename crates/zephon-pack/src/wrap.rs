@@ -5,7 +5,7 @@ use std::sync::Arc;
 use zephon_core::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
 use crate::config::{LongDocs, PackConfig};
-use crate::doc::{read_piece, too_long};
+use crate::doc::{Piece, read_piece, too_long};
 use crate::error::PackError;
 use crate::row::{self, OpenRow};
 use crate::state;
@@ -22,51 +22,64 @@ impl WrapAcc {
         let row = OpenRow::new(&config);
         WrapAcc { config, row }
     }
+}
 
-    fn emit(&mut self, out: &mut Vec<Record>) -> Result<(), PackError> {
-        let row = std::mem::replace(&mut self.row, OpenRow::new(&self.config));
-        out.push(row.into_record(&self.config)?);
-        Ok(())
+/// Lays the first `keep` tokens of `doc` into `row` and the rows after it, emitting every row
+/// it completes. A cut at a row's end that would fall inside an atomic attachment moves back to
+/// the attachment's start, and the row goes out early (padded) so that the attachment starts
+/// the next row whole. The fit algorithms' [`crate::EndOfData::FillRows`] lays their open
+/// rows' pieces out with it too.
+pub(crate) fn lay(
+    row: &mut OpenRow,
+    doc: &Piece,
+    keep: usize,
+    config: &PackConfig,
+    out: &mut Vec<Record>,
+) -> Result<(), PackError> {
+    let mut at = 0;
+    while at < keep {
+        // An open row is never complete, so it has room for at least one token.
+        let mut end = at + row.room(config).min(keep - at);
+        if end < doc.len() {
+            end = doc.safe_cut(end);
+        }
+        if end <= at {
+            if row.is_empty() {
+                return Err(too_long(doc, at, config.seq_len));
+            }
+            emit(row, config, out)?;
+            continue;
+        }
+        row.push(doc.cut(at, end)?)?;
+        at = end;
+        if row.is_complete(config) {
+            emit(row, config, out)?;
+        }
     }
+    Ok(())
+}
+
+/// Emits `row` and starts a new one in its place.
+fn emit(row: &mut OpenRow, config: &PackConfig, out: &mut Vec<Record>) -> Result<(), PackError> {
+    let full = std::mem::replace(row, OpenRow::new(config));
+    out.push(full.into_record(config)?);
+    Ok(())
 }
 
 impl Accumulator for WrapAcc {
-    /// Fills the current row from the document; a cut at the row's end that would fall inside
-    /// an atomic attachment moves back to the attachment's start, and the row goes out early
-    /// (padded) so that the attachment starts the next row whole.
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
-        let t = self.config.seq_len;
         let keep = match self.config.long {
             LongDocs::Split => doc.len(),
-            LongDocs::Truncate => doc.safe_cut(doc.len().min(t)),
+            LongDocs::Truncate => doc.safe_cut(doc.len().min(self.config.seq_len)),
         };
-        let mut at = 0;
-        while at < keep {
-            // An open row is never complete, so it has room for at least one token.
-            let mut end = at + self.row.room(&self.config).min(keep - at);
-            if end < doc.len() {
-                end = doc.safe_cut(end);
-            }
-            if end <= at {
-                if self.row.is_empty() {
-                    return Err(too_long(&doc, at, t).into());
-                }
-                self.emit(out)?;
-                continue;
-            }
-            self.row.push(doc.cut(at, end)?)?;
-            at = end;
-            if self.row.is_complete(&self.config) {
-                self.emit(out)?;
-            }
-        }
+        lay(&mut self.row, &doc, keep, &self.config, out)?;
         Ok(())
     }
 
     fn finish(&mut self, out: &mut Vec<Record>) -> Result<(), OpError> {
         if !self.row.is_empty() {
-            self.emit(out)?;
+            emit(&mut self.row, &self.config, out)?;
         }
         Ok(())
     }

@@ -50,7 +50,7 @@ use serde::Deserialize;
 use zephon_core::{BadRecords, ExecOptions, Tail, Topology};
 use zephon_io::Fields;
 use zephon_mix::{Balance, EstimateConfig, Exhaustion, Order, RowOrder};
-use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
+use zephon_pack::{Algorithm, EndOfData, LongDocs, Pack, PackConfig};
 
 use crate::error::{Error, Result};
 use crate::mixture::{Dataset, Mixture};
@@ -291,6 +291,12 @@ pub struct PackSpec {
     pub max_segments: Option<usize>,
     /// `split` or `truncate`.
     pub long_documents: Option<String>,
+    /// What the fit algorithms do with their open rows when finite data ends: `keep_pieces`
+    /// (emit them as they are) or `fill_rows` (lay their pieces out into full rows, as `wrap`
+    /// would). Default `fill_rows` where it matters: finite data (`exhaustion` `stop` or
+    /// `redistribute`) under `[run] tail = "drop"`, where rows left short at the end make
+    /// lanes end rows apart and the drop lose more than a step; `keep_pieces` otherwise.
+    pub end_of_data: Option<String>,
     /// Padding token id.
     pub pad_id: Option<u32>,
     /// Label of positions without a next token (default -100).
@@ -579,6 +585,15 @@ impl Spec {
                 "split" => LongDocs::Split,
                 "truncate" => LongDocs::Truncate,
                 other => return Err(bad(format!("[pack] long_documents = {other:?}: expected split or truncate"))),
+            };
+            let finite = self.source.exhaustion != "repeat";
+            config.end_of_data = match pk.end_of_data.as_deref() {
+                None if finite && tail == Tail::Drop && algorithm != Algorithm::Wrap => EndOfData::FillRows,
+                None | Some("keep_pieces") => EndOfData::KeepPieces,
+                Some("fill_rows") => EndOfData::FillRows,
+                Some(other) => {
+                    return Err(bad(format!("[pack] end_of_data = {other:?}: expected keep_pieces or fill_rows")));
+                }
             };
             if let Some(id) = pk.pad_id {
                 config.pad_id = id;

@@ -135,6 +135,9 @@ pub(crate) struct LaneRun {
     /// Thread time of the accumulators, digests and snapshots since the drainer last added
     /// them to the run's totals.
     pub times: super::timing::LaneTimes,
+    /// Whether the unit being pushed times its records through the accumulators: the weight
+    /// of its time, or 0.
+    unit_timed: u64,
 }
 
 /// A unit whose records are only partly pushed: where it stopped.
@@ -194,6 +197,7 @@ impl LaneRun {
             watches_next,
             paused: None,
             skip_outputs: 0,
+            unit_timed: 0,
         }
     }
 
@@ -334,6 +338,7 @@ impl LaneRun {
     /// Pushes a unit's records in order, input by input, until it ends or the lane reaches
     /// step `until` (then it is kept in `self.paused`).
     fn run_samples(&mut self, mut u: PausedUnit, until: u64) {
+        self.unit_timed = self.times.units_timed.weight();
         let good = u.failure.as_ref().map_or(u.ends.len(), |(j, _)| *j);
         // The first input after a restore taken inside it: its first records were pushed
         // before the checkpoint.
@@ -397,7 +402,7 @@ impl LaneRun {
         }
         let origin = rec.lineage().first_sample();
         let mut out = std::mem::take(&mut self.scratch[k]);
-        let t = std::time::Instant::now();
+        let t = self.stage_clock();
         let pushed = self.accs[k].push(rec, &mut out);
         self.add_stage_time(k, t);
         let res = match pushed {
@@ -424,7 +429,7 @@ impl LaneRun {
             } else {
                 let origin = r.lineage().first_sample();
                 let mut mapped = Vec::new();
-                let t = std::time::Instant::now();
+                let t = self.stage_clock();
                 let res = apply_chain(pre, r, &mut mapped);
                 self.add_stage_time(k + 1, t);
                 res.map_err(|(op, e)| self.op_error(op, origin, e))?;
@@ -499,8 +504,14 @@ impl LaneRun {
         }
     }
 
-    fn add_stage_time(&mut self, k: usize, since: std::time::Instant) {
-        let n = super::timing::since(since);
+    /// The start of a timed push, when this unit is timed.
+    fn stage_clock(&self) -> Option<std::time::Instant> {
+        (self.unit_timed > 0).then(std::time::Instant::now)
+    }
+
+    fn add_stage_time(&mut self, k: usize, since: Option<std::time::Instant>) {
+        let Some(since) = since else { return };
+        let n = self.unit_timed * super::timing::since(since);
         let stages = &mut self.times.stages;
         if stages.len() <= k {
             stages.resize(k + 1, 0);

@@ -170,6 +170,7 @@ impl Engine {
                 fault: None,
                 paused: vec![false; n],
                 resumes: VecDeque::new(),
+                units_timed: timing::Sampler::first(64),
             }),
             work_cv: Condvar::new(),
             step_cv: Condvar::new(),

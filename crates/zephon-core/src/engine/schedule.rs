@@ -141,6 +141,8 @@ pub(crate) struct Sched {
     pub(crate) paused: Vec<bool>,
     /// Paused lanes the consumer has made room for: a worker continues each.
     pub(crate) resumes: VecDeque<usize>,
+    /// Which units are timed.
+    pub(crate) units_timed: super::timing::Sampler,
 }
 
 pub(crate) enum UnitKind {
@@ -152,14 +154,19 @@ pub(crate) enum UnitKind {
     },
     End,
     SourceFailed(String),
-    /// Continue the lane's paused unit (no new input).
-    Resume,
+    /// Continue these lanes' paused units (no new input): one worker takes a batch of them, so
+    /// that with as many lanes as rows each step's resumes do not each cost a round trip
+    /// through the scheduler.
+    Resume(Vec<usize>),
 }
 
 pub(crate) struct Unit {
     pub(crate) slot: usize,
     pub(crate) seq: u64,
     pub(crate) kind: UnitKind,
+    /// Whether its reading and operators are timed: the weight of its time, or 0 (see
+    /// [`super::timing::Sampler`]).
+    pub(crate) timed: u64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -233,8 +240,11 @@ impl Sched {
 
     pub(crate) fn next_unit(&mut self, shared: &Shared) -> Option<Unit> {
         // A paused lane's continuation takes no new input, so no window holds it back.
-        if let Some(i) = self.resumes.pop_front() {
-            return Some(Unit { slot: i, seq: 0, kind: UnitKind::Resume });
+        if let Some(&i) = self.resumes.front() {
+            // A share for each worker, so that all of them continue lanes at once.
+            let n = self.resumes.len().div_ceil(shared.opts.threads.max(1));
+            let lanes = self.resumes.drain(..n).collect();
+            return Some(Unit { slot: i, seq: 0, kind: UnitKind::Resume(lanes), timed: 0 });
         }
         if self.in_flight >= shared.total_window {
             // The window bounds the work ahead of the consumer, but never holds back a lane
@@ -269,8 +279,9 @@ impl Sched {
     /// Cuts lane `i`'s next unit and counts it in flight.
     fn dispatch(&mut self, i: usize, shared: &Shared) -> Unit {
         let kind = self.cut(i, shared);
+        let timed = self.units_timed.weight();
         let d = &mut self.lanes[i];
-        let unit = Unit { slot: i, seq: d.seq, kind };
+        let unit = Unit { slot: i, seq: d.seq, kind, timed };
         d.seq += 1;
         d.in_flight += 1;
         self.in_flight += 1;
@@ -278,8 +289,8 @@ impl Sched {
         unit
     }
 
-    /// The lane's next unit of input: up to `unit_samples` samples of its current chunk, or
-    /// the end of its input.
+    /// The lane's next unit of input: up to `unit_samples` samples of its current chunk (fewer
+    /// for its first units), or the end of its input.
     pub(crate) fn cut(&mut self, i: usize, shared: &Shared) -> UnitKind {
         let lane = shared.slots[i].lane;
         let d = &mut self.lanes[i];
@@ -309,7 +320,12 @@ impl Sched {
                 d.chunk = None;
                 continue;
             }
-            let end = (start + shared.opts.unit_samples).min(len);
+            // A lane's first units are small (1, 2, 4, ... samples, up to `unit_samples`): the
+            // first step needs only a row or two a lane, and with as many lanes as rows, whole
+            // first units tokenized 4x what the first step used. Units only divide work; the
+            // data is the same at any size.
+            let size = shared.opts.unit_samples.min(1 << d.seq.min(20));
+            let end = (start + size).min(len);
             let n = d.cursor.chunk;
             if end == len {
                 d.cursor = Cursor { chunk: n + 1, offset: 0 };

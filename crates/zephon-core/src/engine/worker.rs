@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, OpError, record_error};
-use crate::operators::apply_chain_timed;
+use crate::operators::{apply_chain, apply_chain_timed};
 
 use super::lane::UnitOutput;
 use super::schedule::{Shared, Unit, UnitKind, lock};
@@ -19,13 +19,18 @@ impl Shared {
         match &unit.kind {
             UnitKind::End => UnitOutput::End,
             // The worker drains the lane for these; they carry no input to process.
-            UnitKind::Resume => UnitOutput::Failed(Error::WorkerPanic(format!("{lane}: a resume reached the reader"))),
+            UnitKind::Resume(_) => {
+                UnitOutput::Failed(Error::WorkerPanic(format!("{lane}: a resume reached the reader")))
+            }
             UnitKind::SourceFailed(m) => UnitOutput::Failed(Error::Source { lane, message: m.clone() }),
             UnitKind::Samples { chunk, n, start, end } => {
                 let ids = &chunk.samples[*start..*end];
-                let t = std::time::Instant::now();
+                let timed = unit.timed;
+                let t = (timed > 0).then(std::time::Instant::now);
                 let reads = self.datasets.read(ids);
-                self.timings.add_read(super::timing::since(t));
+                if let Some(t) = t {
+                    self.timings.add_read(timed * super::timing::since(t));
+                }
                 let mut nanos = vec![0u64; self.plan.parallel.len()];
                 let mut records = Vec::with_capacity(ids.len());
                 let mut ends = Vec::with_capacity(ids.len());
@@ -34,7 +39,8 @@ impl Shared {
                 for (j, (id, read)) in ids.iter().zip(reads).enumerate() {
                     let before = records.len();
                     let res = match read {
-                        Ok(rec) => apply_chain_timed(&self.plan.parallel, rec, &mut records, &mut nanos),
+                        Ok(rec) if timed > 0 => apply_chain_timed(&self.plan.parallel, rec, &mut records, &mut nanos),
+                        Ok(rec) => apply_chain(&self.plan.parallel, rec, &mut records),
                         Err(e) => Err(("read", e)),
                     };
                     match res {
@@ -52,7 +58,9 @@ impl Shared {
                     }
                     ends.push(records.len());
                 }
-                self.timings.add_parallel(&nanos);
+                if timed > 0 {
+                    self.timings.add_parallel(&nanos, timed);
+                }
                 UnitOutput::Samples {
                     chunk: *n,
                     start: *start as u64,
@@ -76,67 +84,99 @@ impl Shared {
     /// unit that is next in order through its accumulators, until the ring has none ready or the
     /// lane pauses (it has made every step the consumer may take plus the prefetch).
     pub(crate) fn drain(&self, i: usize) {
-        let slot = &self.slots[i];
-        loop {
-            let mut run = match slot.run.try_lock() {
-                Ok(g) => g,
-                // Another worker is draining this lane; it re-checks the ring after it lets go.
-                Err(std::sync::TryLockError::WouldBlock) => return,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            };
-            let until = self.consumed.load(Ordering::Acquire) + self.opts.prefetch_steps + 1;
-            let resumed = run.is_paused();
-            run.continue_paused(until);
-            let mut drained = 0;
-            while !run.is_paused() {
-                let next = lock(&slot.inbox).take_next();
-                match next {
-                    Some(unit) => {
-                        run.accumulate(unit, until);
-                        drained += 1;
-                    }
-                    None => break,
-                }
-            }
-            self.timings.add_lane(&mut run.times);
-            let made = run.progress();
-            let failed = run.has_failed();
-            let paused = run.is_paused();
-            if drained > 0 || resumed {
-                lock(&slot.out).collect(&mut run);
-            }
-            drop(run);
-            if drained > 0 || resumed {
-                let mut s = lock(&self.sched);
-                s.lanes[i].in_flight -= drained;
-                s.in_flight -= drained;
-                let was_behind = s.is_behind(i);
-                // Two drainers of one lane may publish out of order: keep the newest.
-                let p = &mut s.progress[i];
-                p.made.steps_made = p.made.steps_made.max(made.steps_made);
-                p.made.done |= made.done;
-                p.failed |= failed;
-                let caught_up = was_behind && !s.is_behind(i);
-                if caught_up {
-                    s.behind -= 1;
-                }
-                if paused {
-                    s.note_paused(i, self);
-                }
-                s.enqueue(i, self);
-                let wake_consumer = caught_up && s.behind == 0 && s.consumer_waiting;
-                let wake_workers = s.has_work() && s.idle_workers > 0;
-                drop(s);
-                if wake_workers {
-                    self.work_cv.notify_all();
-                }
-                if wake_consumer {
-                    self.step_cv.notify_all();
-                }
-            }
-            if paused || !lock(&slot.inbox).next_ready() {
+        while let Some(d) = self.drain_once(i) {
+            self.publish(std::slice::from_ref(&d));
+            if !d.more(self) {
                 return;
             }
+        }
+    }
+
+    /// Continues paused lanes, publishing their progress together, then drains any of them
+    /// whose ring has more ready.
+    pub(crate) fn resume(&self, lanes: &[usize]) {
+        let done: Vec<Drained> = lanes.iter().filter_map(|&i| self.drain_once(i)).collect();
+        self.publish(&done);
+        for d in done {
+            if d.more(self) {
+                self.drain(d.lane);
+            }
+        }
+    }
+
+    /// One pass of draining lane `i`, without publishing it; `None` when another worker is
+    /// draining it (that one re-checks the ring after it lets go).
+    fn drain_once(&self, i: usize) -> Option<Drained> {
+        let slot = &self.slots[i];
+        let mut run = match slot.run.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        let until = self.consumed.load(Ordering::Acquire) + self.opts.prefetch_steps + 1;
+        let resumed = run.is_paused();
+        run.continue_paused(until);
+        let mut drained = 0;
+        while !run.is_paused() {
+            let next = lock(&slot.inbox).take_next();
+            match next {
+                Some(unit) => {
+                    run.accumulate(unit, until);
+                    drained += 1;
+                }
+                None => break,
+            }
+        }
+        self.timings.add_lane(&mut run.times);
+        let changed = drained > 0 || resumed;
+        if changed {
+            lock(&slot.out).collect(&mut run);
+        }
+        Some(Drained {
+            lane: i,
+            drained,
+            changed,
+            made: run.progress(),
+            failed: run.has_failed(),
+            paused: run.is_paused(),
+        })
+    }
+
+    /// Tells the scheduler what drain passes did (under one lock), and wakes whoever it may
+    /// concern.
+    fn publish(&self, done: &[Drained]) {
+        if !done.iter().any(|d| d.changed) {
+            return;
+        }
+        let mut s = lock(&self.sched);
+        let mut wake_consumer = false;
+        for d in done.iter().filter(|d| d.changed) {
+            let i = d.lane;
+            s.lanes[i].in_flight -= d.drained;
+            s.in_flight -= d.drained;
+            let was_behind = s.is_behind(i);
+            // Two drainers of one lane may publish out of order: keep the newest.
+            let p = &mut s.progress[i];
+            p.made.steps_made = p.made.steps_made.max(d.made.steps_made);
+            p.made.done |= d.made.done;
+            p.failed |= d.failed;
+            if was_behind && !s.is_behind(i) {
+                s.behind -= 1;
+                wake_consumer |= s.behind == 0;
+            }
+            if d.paused {
+                s.note_paused(i, self);
+            }
+            s.enqueue(i, self);
+        }
+        let wake_consumer = wake_consumer && s.behind == 0 && s.consumer_waiting;
+        let wake_workers = s.has_work() && s.idle_workers > 0;
+        drop(s);
+        if wake_workers {
+            self.work_cv.notify_all();
+        }
+        if wake_consumer {
+            self.step_cv.notify_all();
         }
     }
 
@@ -158,8 +198,8 @@ impl Shared {
             };
             let (slot, seq) = (unit.slot, unit.seq);
             let res = catch_unwind(AssertUnwindSafe(|| {
-                if let UnitKind::Resume = unit.kind {
-                    self.drain(slot);
+                if let UnitKind::Resume(lanes) = &unit.kind {
+                    self.resume(lanes);
                 } else {
                     let out = self.process(&unit);
                     drop(unit);
@@ -178,5 +218,25 @@ impl Shared {
                 return;
             }
         }
+    }
+}
+
+/// What one drain pass did to a lane, for the scheduler.
+struct Drained {
+    lane: usize,
+    /// Units taken from the ring (no longer in flight).
+    drained: usize,
+    /// Whether the lane moved at all (units drained, or a paused unit continued).
+    changed: bool,
+    made: super::lane::Progress,
+    failed: bool,
+    paused: bool,
+}
+
+impl Drained {
+    /// Whether the lane may have more to drain now: it did not pause, and its ring has the
+    /// next unit ready.
+    fn more(&self, shared: &Shared) -> bool {
+        !self.paused && lock(&shared.slots[self.lane].inbox).next_ready()
     }
 }

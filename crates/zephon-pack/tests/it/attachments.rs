@@ -18,7 +18,11 @@ use zephon_testkit::{
 const DOCS: usize = 150;
 
 fn operators(alg: Algorithm, seq_len: usize, shuffle: usize, transpose: bool) -> Operators {
-    let config = PackConfig { max_segments: 6.min(seq_len), ..PackConfig::new(alg, seq_len) };
+    operators_ending(alg, seq_len, shuffle, transpose, EndOfData::KeepPieces)
+}
+
+fn operators_ending(alg: Algorithm, seq_len: usize, shuffle: usize, transpose: bool, end: EndOfData) -> Operators {
+    let config = PackConfig { max_segments: 6.min(seq_len), end_of_data: end, ..PackConfig::new(alg, seq_len) };
     let ops = Operators::new()
         .then(ImageTokenize { transpose })
         .then(Split { max: seq_len })
@@ -102,9 +106,12 @@ fn every_image_arrives_exactly_once_per_epoch_whole_and_in_place() {
         }
     }
     assert!(want.len() > 100, "the corpus has images: {}", want.len());
-    for alg in 0..3 {
+    for (alg, end) in
+        [(0, EndOfData::KeepPieces), (1, EndOfData::KeepPieces), (2, EndOfData::KeepPieces), (2, EndOfData::FillRows)]
+    {
         for (lanes, w) in [(1, 1), (4, 2), (8, 8)] {
-            let s = spec(datasets.clone(), operators(algorithm(alg), 16, 3, false), 3, 1, Tail::Partial);
+            let ops = operators_ending(algorithm(alg), 16, 3, false, end);
+            let s = spec(datasets.clone(), ops, 3, 1, Tail::Partial);
             let mut seen: BTreeMap<(SampleId, u32), usize> = BTreeMap::new();
             let mut engines: Vec<Engine> = (0..w)
                 .map(|r| {

@@ -201,14 +201,22 @@ pub fn configs() -> impl Strategy<Value = PackConfig> {
         prop::sample::select(vec![LongDocs::Split, LongDocs::Truncate]),
         0u32..3,
         prop::sample::select(vec![-100i32, -1]),
+        prop::sample::select(vec![EndOfData::KeepPieces, EndOfData::FillRows]),
     )
-        .prop_map(|(t, bins, best, s, long, pad_id, ignore_index)| {
+        .prop_map(|(t, bins, best, s, long, pad_id, ignore_index, end_of_data)| {
             let algorithm = match (bins, best) {
                 (0, _) => Algorithm::Wrap,
                 (b, false) => Algorithm::FirstFit { bins: b },
                 (b, true) => Algorithm::BestFit { bins: b },
             };
-            PackConfig { max_segments: s.min(t), long, pad_id, ignore_index, ..PackConfig::new(algorithm, t) }
+            PackConfig {
+                max_segments: s.min(t),
+                long,
+                pad_id,
+                ignore_index,
+                end_of_data,
+                ..PackConfig::new(algorithm, t)
+            }
         })
 }
 

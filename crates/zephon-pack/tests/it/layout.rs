@@ -51,6 +51,31 @@ proptest! {
                     prop_assert!(f.len() as usize <= c.seq_len);
                 }
             }
+            if c.end_of_data == EndOfData::FillRows {
+                // What the input's end flushes is laid out as wrap lays it: the same rows as
+                // wrap makes from the open rows' pieces, so every row of it but the last is
+                // full or at max_segments.
+                let mut acc = accumulator(&pack);
+                let mut before = Vec::new();
+                for d in &docs {
+                    acc.push(d.clone(), &mut before).unwrap();
+                }
+                let held: Vec<Record> = acc
+                    .export()
+                    .buffered
+                    .iter()
+                    .map(|l| Store(docs.clone()).exact(l).unwrap())
+                    .collect();
+                let mut end = Vec::new();
+                acc.finish(&mut end).unwrap();
+                prop_assert_eq!(&rows[..before.len()], &before[..]);
+                let wrap = Pack::new(PackConfig { algorithm: Algorithm::Wrap, long: LongDocs::Split, ..c.clone() }).unwrap();
+                prop_assert_eq!(&end, &pack_all(&wrap, &held), "the end is wrap over the held pieces");
+                for row in end.iter().rev().skip(1) {
+                    let full = int(row, NUM_TOKENS) as usize == c.seq_len;
+                    prop_assert!(full || row.lineage().fragments().len() == c.max_segments);
+                }
+            }
         }
     }
 }

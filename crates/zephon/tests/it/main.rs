@@ -1,6 +1,7 @@
 //! The facade end to end: the spec, the DSL, the real corpora and the real GPT-2 tokenizer.
 
 mod end_to_end;
+mod finite;
 mod hardening;
 mod pretokenized;
 mod shares;

@@ -61,6 +61,33 @@ fn a_run_wide_warming_up_shuffle_buffer_is_split_across_lanes() {
     assert!(plan.contains("buffer of 13 records per lane") && plan.contains("growing from empty"), "{plan}");
 }
 
+/// The fit packers lay their open rows out into full rows at the end of finite data under
+/// `drop` (where short last rows cost a dropped step), keep them as they are otherwise, and
+/// say which in the plan; an unknown value names the choices.
+#[test]
+fn the_end_of_data_policy_defaults_to_full_rows_only_where_data_ends_under_drop() {
+    let plan_with = |source: &str, extra: &str, tail: &str| {
+        let text =
+            spec_text("jsonl", 8, 16, "", &format!("\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 512\n{extra}"))
+                .replace("chunk_size = 16", &format!("chunk_size = 16\n{source}"))
+                .replace("threads = 2", &format!("threads = 2\ntail = \"{tail}\""));
+        let spec = parse(&text);
+        spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap()
+    };
+    let plan = |source: &str, extra: &str| plan_with(source, extra, "drop");
+    let filled = "open rows re-laid into full rows at the end of the data";
+    assert!(plan("exhaustion = \"stop\"", "").contains(filled));
+    assert!(!plan("", "").contains(filled), "repeating data never ends");
+    assert!(!plan_with("exhaustion = \"stop\"", "", "partial").contains(filled), "partial keeps every row anyway");
+    let kept = plan("exhaustion = \"redistribute\"", "end_of_data = \"keep_pieces\"\n");
+    assert!(!kept.contains(filled), "{kept}");
+    assert!(plan("", "end_of_data = \"fill_rows\"\n").contains(filled));
+    let text =
+        spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 512\nend_of_data = \"tidy\"\n");
+    let e = parse(&text).pipeline().err().unwrap().to_string();
+    assert!(e.contains("tidy") && e.contains("keep_pieces or fill_rows"), "{e}");
+}
+
 /// A packer that truncates sees only what tokenize passes on: tokenize then truncates by
 /// default, and a split into pieces that each fit a row (which the packer would never cut) is
 /// refused, naming both settings.
