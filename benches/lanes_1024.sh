@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lanes as many as rows: L = G = 1024 against L = 8, 1024 rows of 1024 tokens per step, the
 # same shuffle buffer for the whole run (`buffer_total = 32768`, split across the lanes),
-# filling up front and warming up (`warm_up = true`). Prints time to the first batch, the time of 3 steps and the peak RSS of
+# filling up front and warming up (`warm_up = true`, for the shuffle and the packer). Prints time to the first batch, the time of 3 steps and the peak RSS of
 # each run, ROUNDS times (default 2), alternating. A measurement, not a test.
 #
 #   bash benches/lanes_1024.sh [ROUNDS]
@@ -40,6 +40,7 @@ eos = "<|endoftext|>"
 algorithm = "best_fit"
 seq_len = 1024
 pad_id = 50256
+warm_up = $warm
 [shuffle]
 buffer_total = 32768
 warm_up = $warm

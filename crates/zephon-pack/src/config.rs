@@ -127,6 +127,14 @@ pub struct PackConfig {
     pub input_field: String,
     /// What the fit algorithms do with their open rows when the input ends.
     pub end_of_data: EndOfData,
+    /// Whether the fit algorithms warm up: a lane starts with one open row and may keep twice
+    /// as many with each row it emits, up to `bins` (1, 2, 4, ... open rows after 0, 1, 2, ...
+    /// rows). Without it a lane whose documents rarely fill a row exactly emits its first row
+    /// only once `bins` rows are open; with as many lanes as rows, that wait is most of the
+    /// time to the first batch. The first rows are emptier (at 1,024 lanes of one row a step,
+    /// GPT-2 on corpora A + B: fill 0.967 over the first 3 steps, 0.9965 over 30, against 1.0).
+    /// A function of the lane's own stream, like everything a packer does.
+    pub warm_up: bool,
 }
 
 /// Default [`PackConfig::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
@@ -142,7 +150,7 @@ impl PackConfig {
     /// `algorithm` into rows of `seq_len` tokens, with the defaults: at most
     /// `seq_len / DEFAULT_TOKENS_PER_SEGMENT` documents a row (at least 1), long documents split,
     /// padding id 0, ignore index -100, input field `tokens`, open rows kept as they are at the
-    /// end of the input.
+    /// end of the input, no warm-up.
     pub fn new(algorithm: Algorithm, seq_len: usize) -> Self {
         PackConfig {
             algorithm,
@@ -153,6 +161,7 @@ impl PackConfig {
             ignore_index: DEFAULT_IGNORE_INDEX,
             input_field: "tokens".into(),
             end_of_data: EndOfData::KeepPieces,
+            warm_up: false,
         }
     }
 
@@ -185,13 +194,16 @@ impl PackConfig {
 
     /// Every setting in one canonical line (the operator's checkpoint fingerprint). `v1` names
     /// the row layout: a change to what rows contain must change it. The end-of-data policy
-    /// is named only where it changes rows (not the default, not wrap), so checkpoints taken
-    /// before it existed still restore.
+    /// and the warm-up are named only where they change rows (not the default, not wrap), so
+    /// checkpoints taken before they existed still restore.
     pub fn fingerprint(&self) -> String {
-        let end = match (self.algorithm, self.end_of_data) {
+        let mut end = match (self.algorithm, self.end_of_data) {
             (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => String::new(),
             (_, other) => format!(" end_of_data={other}"),
         };
+        if self.warm_up && self.algorithm != Algorithm::Wrap {
+            end.push_str(" warm_up=doubling");
+        }
         format!(
             "pack/v1 algorithm={} seq_len={} max_segments={} long={} pad_id={} ignore_index={} input_field={:?}{end}",
             self.algorithm,
@@ -246,6 +258,7 @@ mod tests {
             PackConfig { ignore_index: -1, ..base.clone() },
             PackConfig { input_field: "ids".into(), ..base.clone() },
             PackConfig { end_of_data: EndOfData::FillRows, ..base.clone() },
+            PackConfig { warm_up: true, ..base.clone() },
         ];
         let mut seen = vec![base.fingerprint()];
         for v in variants {

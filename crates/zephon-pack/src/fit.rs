@@ -25,13 +25,15 @@ pub(crate) enum Choice {
 pub(crate) struct FitAcc {
     config: Arc<PackConfig>,
     choice: Choice,
-    cap: usize,
+    bins: usize,
     open: Vec<OpenRow>,
+    /// Rows emitted so far, up to `bins` (all a warm-up needs).
+    emitted: u64,
 }
 
 impl FitAcc {
-    pub fn new(config: Arc<PackConfig>, choice: Choice, cap: usize) -> Self {
-        FitAcc { config, choice, cap, open: Vec::with_capacity(cap) }
+    pub fn new(config: Arc<PackConfig>, choice: Choice, bins: usize) -> Self {
+        FitAcc { config, choice, bins, open: Vec::new(), emitted: 0 }
     }
 
     /// Places one piece of at most T tokens.
@@ -60,7 +62,7 @@ impl FitAcc {
                 }
             }
             None => {
-                if self.open.len() >= self.cap {
+                if self.open.len() >= state::open_cap(self.bins, config.warm_up, self.emitted) {
                     // The fullest row (least room; ties to the oldest) makes way.
                     let fullest = self.open.iter().enumerate().min_by_key(|(_, r)| r.room(config)).map(|(i, _)| i);
                     if let Some(j) = fullest {
@@ -79,9 +81,12 @@ impl FitAcc {
 impl Accumulator for FitAcc {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
+        let before = out.len();
         for piece in pieces(doc, self.config.seq_len, self.config.long)? {
             self.place(piece, out)?;
         }
+        let emitted = (out.len() - before) as u64;
+        self.emitted = self.emitted.saturating_add(emitted).min(self.bins as u64);
         Ok(())
     }
 
@@ -110,13 +115,15 @@ impl Accumulator for FitAcc {
 
     fn export(&self) -> AccumulatorState {
         AccumulatorState {
-            values: state::fit_values(&self.open),
+            values: state::fit_values(&self.open, self.config.warm_up.then_some(self.emitted)),
             buffered: self.open.iter().flat_map(OpenRow::lineages).collect(),
         }
     }
 
     fn import(&mut self, saved: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
-        self.open = state::restore(&saved, buffered, &self.config, state::Kind::Fit { bins: self.cap })?;
+        let kind = state::Kind::Fit { bins: self.bins, warm_up: self.config.warm_up };
+        let restored = state::restore(&saved, buffered, &self.config, kind)?;
+        (self.open, self.emitted) = (restored.rows, restored.emitted);
         Ok(())
     }
 

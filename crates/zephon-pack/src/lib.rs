@@ -161,10 +161,13 @@ impl Operator for Pack {
             LongDocs::Split => "longer documents split",
             LongDocs::Truncate => "longer documents truncated",
         };
-        let end = match (c.algorithm, c.end_of_data) {
-            (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => "",
-            (_, EndOfData::FillRows) => ", open rows re-laid into full rows at the end of the data",
+        let mut end = match (c.algorithm, c.end_of_data) {
+            (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => String::new(),
+            (_, EndOfData::FillRows) => ", open rows re-laid into full rows at the end of the data".to_string(),
         };
+        if c.warm_up && c.algorithm != Algorithm::Wrap {
+            end.push_str(", warming up from 1 open row (doubling with each row emitted)");
+        }
         format!(
             "pack: {how} into rows of {} tokens, at most {} documents a row, {long}, pad {}{end}; holds up to {holds} per lane",
             c.seq_len, c.max_segments, c.pad_id

@@ -89,7 +89,7 @@ impl Accumulator for WrapAcc {
     }
 
     fn import(&mut self, saved: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
-        let mut rows = state::restore(&saved, buffered, &self.config, state::Kind::Wrap)?;
+        let mut rows = state::restore(&saved, buffered, &self.config, state::Kind::Wrap)?.rows;
         self.row = rows.pop().unwrap_or_else(|| OpenRow::new(&self.config));
         Ok(())
     }

@@ -297,6 +297,10 @@ pub struct PackSpec {
     /// `redistribute`) under `[run] tail = "drop"`, where rows left short at the end make
     /// lanes end rows apart and the drop lose more than a step; `keep_pieces` otherwise.
     pub end_of_data: Option<String>,
+    /// Fit algorithms: start with one open row per lane, doubling with each row emitted up to
+    /// `bins` (first rows sooner, a little emptier). Default false.
+    #[serde(default)]
+    pub warm_up: bool,
     /// Padding token id.
     pub pad_id: Option<u32>,
     /// Label of positions without a next token (default -100).
@@ -595,6 +599,7 @@ impl Spec {
                     return Err(bad(format!("[pack] end_of_data = {other:?}: expected keep_pieces or fill_rows")));
                 }
             };
+            config.warm_up = pk.warm_up;
             if let Some(id) = pk.pad_id {
                 config.pad_id = id;
             }

@@ -202,8 +202,9 @@ pub fn configs() -> impl Strategy<Value = PackConfig> {
         0u32..3,
         prop::sample::select(vec![-100i32, -1]),
         prop::sample::select(vec![EndOfData::KeepPieces, EndOfData::FillRows]),
+        any::<bool>(),
     )
-        .prop_map(|(t, bins, best, s, long, pad_id, ignore_index, end_of_data)| {
+        .prop_map(|(t, bins, best, s, long, pad_id, ignore_index, end_of_data, warm_up)| {
             let algorithm = match (bins, best) {
                 (0, _) => Algorithm::Wrap,
                 (b, false) => Algorithm::FirstFit { bins: b },
@@ -215,6 +216,7 @@ pub fn configs() -> impl Strategy<Value = PackConfig> {
                 pad_id,
                 ignore_index,
                 end_of_data,
+                warm_up,
                 ..PackConfig::new(algorithm, t)
             }
         })

@@ -17,6 +17,9 @@ fn packers() -> Vec<PackConfig> {
         PackConfig { max_segments: 4, ..PackConfig::new(Algorithm::FirstFit { bins: 3 }, 96) },
         PackConfig { max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 5 }, 96) },
         PackConfig { long: LongDocs::Truncate, max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 5 }, 96) },
+        // Warming up: 1, 2, 4, ... open rows, 64 after 6 rows a lane (about where the first
+        // checkpoint below falls; restores inside the ramp: `restore.rs`).
+        PackConfig { warm_up: true, max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 64 }, 96) },
     ]
 }
 

@@ -127,6 +127,32 @@ fn best_fit_takes_the_tightest_row_ties_to_the_oldest() {
 }
 
 #[test]
+fn a_warming_up_fit_packer_opens_rows_one_then_two_then_four() {
+    // Rows of 10, documents of 6 never share one. With 4 bins, three rows stay open until a
+    // fifth document needs room; warming up, the first row is open alone and leaves when the
+    // second document needs a row (0 emitted: 1 open row), the next one with 2 open, and so on.
+    let lens = [6, 6, 6, 6, 6, 6, 6];
+    let cold = run(config(Algorithm::BestFit { bins: 4 }, 10, 8), &lens);
+    let warm = run(PackConfig { warm_up: true, ..config(Algorithm::BestFit { bins: 4 }, 10, 8) }, &lens);
+    assert_eq!(cold, warm, "the same rows (each holds one document), only emitted sooner");
+    let pack = |warm_up| Pack::new(PackConfig { warm_up, ..config(Algorithm::BestFit { bins: 4 }, 10, 8) }).unwrap();
+    let emitted_after_each = |pack: &Pack| {
+        let mut acc = accumulator(pack);
+        let mut rows = Vec::new();
+        lens.iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                acc.push(piece(i as u64, 0, n), &mut rows).unwrap();
+                rows.len()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(emitted_after_each(&pack(false)), vec![0, 0, 0, 0, 1, 2, 3]);
+    // Open rows allowed: 1 (0 emitted), 2 (1 emitted), 4 (2 or more emitted).
+    assert_eq!(emitted_after_each(&pack(true)), vec![0, 1, 1, 2, 2, 2, 3]);
+}
+
+#[test]
 fn full_rows_leave_at_once_and_the_fullest_makes_way() {
     let c = config(Algorithm::BestFit { bins: 2 }, 10, 3);
     // 7 and 6 open two rows; 8 fits neither and both bins are open: the fullest (7) leaves

@@ -16,7 +16,8 @@ fn checkpoint(pack: &Pack, acc: &dyn Accumulator, store: &mut Store) -> Result<B
         Algorithm::Wrap => (1, c.seq_len),
         Algorithm::FirstFit { bins } | Algorithm::BestFit { bins } => (bins, bins * c.seq_len),
     };
-    prop_assert!(state.values.len() <= 1 + bins, "values {:?}", state.values);
+    // A tag, the rows emitted while warming up, a piece count per open row.
+    prop_assert!(state.values.len() <= 2 + bins, "values {:?}", state.values);
     let mut tokens = 0;
     for l in &state.buffered {
         let f = l.as_single();
@@ -75,6 +76,7 @@ fn imports_refuse_states_the_packer_cannot_be_in() {
     };
     let wrap = Pack::new(PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) }).unwrap();
     let fit = Pack::new(PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::BestFit { bins: 2 }, 8) }).unwrap();
+    let warming = Pack::new(PackConfig { warm_up: true, ..fit.config().clone() }).unwrap();
     let single = |row: u64, start: u32, end: u32| Lineage::single(Fragment::range(sample(row), start, end).unwrap());
     let cases: Vec<(&Pack, AccumulatorState)> = vec![
         (&wrap, AccumulatorState { values: vec![], buffered: vec![] }),
@@ -96,6 +98,13 @@ fn imports_refuse_states_the_packer_cannot_be_in() {
             },
         ),
         (&fit, AccumulatorState { values: vec![2, 0], buffered: vec![] }),
+        // A warming-up state for a packer that does not warm up, and the other way round.
+        (&fit, AccumulatorState { values: vec![3, 2, 1], buffered: vec![single(0, 0, 1)] }),
+        (&warming, AccumulatorState { values: vec![2, 1], buffered: vec![single(0, 0, 1)] }),
+        // Two open rows before any was emitted: a warming-up packer holds one.
+        (&warming, AccumulatorState { values: vec![3, 0, 1, 1], buffered: vec![single(0, 0, 1), single(1, 0, 1)] }),
+        // More rows emitted than a warm-up counts (it stops at `bins`).
+        (&warming, AccumulatorState { values: vec![3, 3, 1], buffered: vec![single(0, 0, 1)] }),
         (&fit, AccumulatorState { values: vec![1, 1], buffered: vec![single(0, 0, 1)] }),
         (&fit, AccumulatorState { values: vec![2, u64::MAX, 2], buffered: vec![single(0, 0, 1)] }),
     ];

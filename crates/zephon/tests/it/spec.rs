@@ -52,13 +52,21 @@ fn invalid_values_are_errors() {
     }
 }
 
-/// `buffer_total` splits one buffer size across the lanes, and `warm_up` says so in the plan.
+/// `buffer_total` splits one buffer size across the lanes, and `warm_up` says so in the plan,
+/// for the shuffle and for the packer.
 #[test]
 fn a_run_wide_warming_up_shuffle_buffer_is_split_across_lanes() {
-    let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}\n[shuffle]\nbuffer_total = 100\nwarm_up = true\n"));
+    let text = spec_text(
+        "jsonl",
+        8,
+        16,
+        "",
+        &format!("{PACK}warm_up = true\n\n[shuffle]\nbuffer_total = 100\nwarm_up = true\n"),
+    );
     let spec = parse(&text);
     let plan = spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap();
     assert!(plan.contains("buffer of 13 records per lane") && plan.contains("growing from empty"), "{plan}");
+    assert!(plan.contains("warming up from 1 open row"), "{plan}");
 }
 
 /// The fit packers lay their open rows out into full rows at the end of finite data under
