@@ -69,9 +69,11 @@ impl TailPlan {
 /// The deal is kept up to the latest block `b` from which the rest can top every lane up to
 /// the one holding the most, and one block more, so that the last documents placed are
 /// small. The rest goes out largest document first, each to the lane with the fewest tokens
-/// so far: the lanes then end within about the smallest document's tokens of each other
-/// (cutting the stretch into contiguous pieces left them up to half the largest document
-/// apart, 75 k tokens on corpus B). Each lane reads its share in stream order.
+/// so far, and moves and swaps of documents between lanes then even out what that left
+/// ([`even_out`]): the lanes end within a few tokens of each other, unless the stretch holds
+/// too few documents to choose from (cutting the stretch into contiguous pieces left them up
+/// to half the largest document apart, 75 k tokens on corpus B). Each lane reads its share in
+/// stream order.
 pub(crate) fn plan(
     lanes: u32,
     chunk_tokens: &[u64],
@@ -116,7 +118,11 @@ pub(crate) fn plan(
         shares[lane as usize].push(i);
         lightest.push(std::cmp::Reverse((load + tokens[i], lane)));
     }
-    let totals: Vec<u64> = lightest.into_iter().map(|std::cmp::Reverse((load, _))| load).collect();
+    let mut totals = vec![0u64; lanes as usize];
+    for std::cmp::Reverse((load, lane)) in lightest {
+        totals[lane as usize] = load;
+    }
+    even_out(&mut shares, &mut totals, &tokens);
     let spread = (totals.iter().copied().min().unwrap_or(0), totals.iter().copied().max().unwrap_or(0));
     let pieces = shares
         .into_iter()
@@ -126,6 +132,77 @@ pub(crate) fn plan(
         })
         .collect();
     TailPlan { lanes, block, pieces, spread }
+}
+
+/// Narrows the gap between the lanes after largest-first: largest first leaves them apart by
+/// up to the size of the last documents placed, which is most of a document when the stretch
+/// holds only long ones (pages of ~17 k tokens ended 6.4 k tokens apart, and `drop` lost 1.8
+/// steps). Each move takes the heaviest lane down or the lightest up: one document moved to
+/// another lane, or two swapped, whichever evens the pair out most. Every move shrinks the sum
+/// of squared loads, so this ends; it also stops after a bounded number of moves, and once no
+/// lane is more than 16 tokens from another.
+fn even_out(shares: &mut [Vec<usize>], totals: &mut [u64], tokens: &[u64]) {
+    // Lanes this close lose at most L × 16 tokens under `drop`: not worth more moves (with
+    // thousands of one-line documents in the stretch, each move costs a sort of a lane's).
+    const CLOSE_ENOUGH: u64 = 16;
+    let n = totals.len();
+    for _ in 0..64 * n {
+        let by_load = |a: &usize, b: &usize| totals[*a].cmp(&totals[*b]).then(b.cmp(a));
+        let (Some(heavy), Some(light)) = ((0..n).max_by(by_load), (0..n).min_by(by_load)) else { return };
+        let pairs = (0..n)
+            .filter(|&x| x != heavy)
+            .map(|x| (heavy, x))
+            .chain((0..n).filter(|&x| x != light).map(|x| (x, light)));
+        // The move that lowers the sum of squared loads most: moving d from a lane `gap` above
+        // another lowers it by 2d(gap - d).
+        let mut best: Option<(u128, usize, usize, usize, Option<usize>)> = None;
+        for (from, to) in pairs {
+            let gap = totals[from].saturating_sub(totals[to]);
+            if gap <= CLOSE_ENOUGH {
+                continue;
+            }
+            if let Some((d, k, j)) = best_transfer(&shares[from], &shares[to], tokens, gap) {
+                let gain = u128::from(d) * u128::from(gap - d);
+                if best.is_none_or(|(g, ..)| gain > g) {
+                    best = Some((gain, from, to, k, j));
+                }
+            }
+        }
+        let Some((_, from, to, k, j)) = best else { return };
+        let a = shares[from].swap_remove(k);
+        let mut moved = tokens[a];
+        if let Some(j) = j {
+            let b = shares[to].swap_remove(j);
+            moved -= tokens[b];
+            shares[from].push(b);
+        }
+        shares[to].push(a);
+        totals[from] -= moved;
+        totals[to] += moved;
+    }
+}
+
+/// Of the documents of `from` (moved alone, or swapped for one of `to`), the transfer d with
+/// 0 < d < `gap` closest to `gap` / 2: (d, index in `from`, index in `to` if swapped).
+fn best_transfer(from: &[usize], to: &[usize], tokens: &[u64], gap: u64) -> Option<(u64, usize, Option<usize>)> {
+    let mut theirs: Vec<(u64, Option<usize>)> = to.iter().enumerate().map(|(j, &i)| (tokens[i], Some(j))).collect();
+    theirs.push((0, None));
+    theirs.sort_unstable();
+    let mut best: Option<(u64, usize, Option<usize>)> = None;
+    for (k, &i) in from.iter().enumerate() {
+        let a = tokens[i];
+        let at = theirs.partition_point(|&(b, _)| b < a.saturating_sub(gap / 2));
+        for &(b, j) in &theirs[at.saturating_sub(1)..(at + 1).min(theirs.len())] {
+            let d = a.saturating_sub(b);
+            if b >= a || d >= gap {
+                continue;
+            }
+            if best.is_none_or(|(bd, ..)| gap.abs_diff(2 * d) < gap.abs_diff(2 * bd)) {
+                best = Some((d, k, j));
+            }
+        }
+    }
+    best
 }
 
 /// What [`row_sizes`] measures of each row's text.
@@ -235,5 +312,36 @@ mod tests {
         assert!(p.pieces.iter().all(|piece| piece.windows(2).all(|w| w[0].row < w[1].row)));
         all.sort_unstable();
         assert_eq!(all, (p.block * 40..240).collect::<Vec<_>>());
+    }
+
+    /// Only long documents left (sizes 11,000–30,000, as pages of a manual): largest first
+    /// leaves the lanes thousands of tokens apart; moves and swaps bring them within a few.
+    #[test]
+    fn long_documents_alone_still_end_within_a_few_tokens() {
+        let lanes = 8u32;
+        let mut x = 7u64;
+        let tokens: Vec<u64> = (0..160)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                11_000 + (x >> 33) % 19_000
+            })
+            .collect();
+        let ids: Vec<SampleId> = (0..160u64).map(|p| SampleId::new(0, 0, p)).collect();
+        // 20 chunks of 8 documents, dealt round-robin: the whole stream is re-cut.
+        let chunk_tokens: Vec<u64> = tokens.chunks(8).map(|c| c.iter().sum()).collect();
+        let p = plan(
+            lanes,
+            &chunk_tokens,
+            |lane, n| n * 8 + u64::from(lane),
+            |g| (ids[(g * 8) as usize..].to_vec(), tokens[(g * 8) as usize..].to_vec()),
+        );
+        let (min, max) = p.spread;
+        assert!(max - min <= 64, "lanes end {} tokens apart: {p:?}", max - min);
+        let mut all: Vec<u64> = p.pieces.iter().flatten().map(|s| s.row).collect();
+        all.sort_unstable();
+        assert_eq!(all, (p.block * 64..160).collect::<Vec<_>>(), "every document once");
+        let load = |piece: &Vec<SampleId>| piece.iter().map(|s| tokens[s.row as usize]).sum::<u64>();
+        let before: u64 = (0..p.block * 64).map(|i| tokens[i as usize]).sum();
+        assert_eq!(p.pieces.iter().map(load).sum::<u64>() + before, tokens.iter().sum::<u64>());
     }
 }
