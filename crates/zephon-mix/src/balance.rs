@@ -286,21 +286,27 @@ pub fn row_sizes(datasets: &Datasets, text_fields: &[&str], measure: Measure, th
 mod tests {
     use super::*;
 
+    /// The plan for `lanes` lanes over documents of `tokens` tokens, in chunks of `chunk`
+    /// documents dealt round-robin.
+    fn plan_over(lanes: u32, chunk: usize, tokens: &[u64]) -> TailPlan {
+        let ids: Vec<SampleId> = (0..tokens.len() as u64).map(|p| SampleId::new(0, 0, p)).collect();
+        let chunk_tokens: Vec<u64> = tokens.chunks(chunk).map(|c| c.iter().sum()).collect();
+        let from = |g: u64| g as usize * chunk;
+        plan(
+            lanes,
+            &chunk_tokens,
+            |lane, n| n * u64::from(lanes) + u64::from(lane),
+            |g| (ids[from(g)..].to_vec(), tokens[from(g)..].to_vec()),
+        )
+    }
+
     /// Lanes that drew very different chunks end equal after the re-cut, and nothing before the
     /// re-cut block moves.
     #[test]
     fn the_recut_tops_every_lane_up_to_the_same_total() {
         // 4 lanes, 6 blocks of 4 chunks of 10 positions; lane 0 always draws the long chunk.
-        let lanes = 4u32;
         let pos_tokens: Vec<u64> = (0..240u64).map(|p| if (p / 10) % 4 == 0 { 50 + p % 7 } else { 5 }).collect();
-        let ids: Vec<SampleId> = (0..240u64).map(|p| SampleId::new(0, 0, p)).collect();
-        let chunk_tokens: Vec<u64> = pos_tokens.chunks(10).map(|c| c.iter().sum()).collect();
-        let p = plan(
-            lanes,
-            &chunk_tokens,
-            |lane, n| n * 4 + u64::from(lane),
-            |g| (ids[(g * 10) as usize..].to_vec(), pos_tokens[(g * 10) as usize..].to_vec()),
-        );
+        let p = plan_over(4, 10, &pos_tokens);
         assert!(p.block < 5, "{p:?}");
         assert_eq!(p.pieces.len(), 4);
         let (min, max) = p.spread;
@@ -326,15 +332,8 @@ mod tests {
                 11_000 + (x >> 33) % 19_000
             })
             .collect();
-        let ids: Vec<SampleId> = (0..160u64).map(|p| SampleId::new(0, 0, p)).collect();
-        // 20 chunks of 8 documents, dealt round-robin: the whole stream is re-cut.
-        let chunk_tokens: Vec<u64> = tokens.chunks(8).map(|c| c.iter().sum()).collect();
-        let p = plan(
-            lanes,
-            &chunk_tokens,
-            |lane, n| n * 8 + u64::from(lane),
-            |g| (ids[(g * 8) as usize..].to_vec(), tokens[(g * 8) as usize..].to_vec()),
-        );
+        // 20 chunks of 8 documents.
+        let p = plan_over(lanes, 8, &tokens);
         let (min, max) = p.spread;
         assert!(max - min <= 64, "lanes end {} tokens apart: {p:?}", max - min);
         let mut all: Vec<u64> = p.pieces.iter().flatten().map(|s| s.row).collect();
