@@ -13,17 +13,19 @@
 # 3. The same loss over SEEDS seeds, by counted row tokens under redistribute, for wrap and
 #    best-fit with its open rows at the end kept as they are (`keep_pieces`) or laid out into
 #    full rows (`fill_rows`, the default under drop).
+# 4. The same with pages of ~17 k tokens instead of corpus B's documents (corpus B
+#    concatenated until a page has 50,000 bytes): the end of the stream is long pages only.
 #
 #   bash benches/mixture_edges.sh [STEPS] [SEEDS]     (default 200 steps, 2 seeds)
 #
 # Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), ZEPHON_BIN, PARTS (default
-# "123": which parts to run).
+# "1234": which parts to run).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STEPS=${1:-200}
 SEEDS=${2:-2}
-PARTS=${PARTS:-123}
+PARTS=${PARTS:-1234}
 DATA=${ZEPHON_TESTDATA:-$HOME/.cache/zephon-testdata}
 BIN=${ZEPHON_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/zephon}
 (cd "$REPO" && bash scripts/fetch-testdata.sh && cargo build --release -q -p zephon-cli)
@@ -42,6 +44,7 @@ with open(sys.argv[2], "w") as out:
                     out.write(json.dumps({"text": l}) + "\n")
 EOF
 
+LONG=${LONG:-$DATA/corpora/b/jsonl}
 spec() { # seed lanes algorithm shuffle(0|1) chunks exhaustion tail ensure(0|1) [balance] [end_of_data]
     cat <<SPEC
 seed = $1
@@ -49,7 +52,7 @@ lanes = $2
 rows_per_step = 16
 [[dataset]]
 name = "long"
-path = "$DATA/corpora/b/jsonl"
+path = "$LONG"
 share = 0.3
 [[dataset]]
 name = "short"
@@ -116,7 +119,7 @@ done
 done
 fi
 
-[[ $PARTS == *3* ]] || exit 0
+if [[ $PARTS == *3* ]]; then
 echo "== one pass, redistribute, by counted row tokens, over seeds 1..$SEEDS: steps tail = drop leaves out"
 for packing in "wrap" "best_fit keep_pieces" "best_fit fill_rows"; do
     read -r algorithm end <<< "$packing"
@@ -134,4 +137,35 @@ for packing in "wrap" "best_fit keep_pieces" "best_fit fill_rows"; do
         done
         printf '%-22s %-22s %s\n' "$packing" "$chunks" "$lost"
     done
+done
+fi
+
+[[ $PARTS == *4* ]] || exit 0
+mkdir -p "$TMP/pages"
+python3 - "$DATA/corpora/b/jsonl" "$TMP/pages/part-0.jsonl" <<'EOF'
+import glob, json, sys
+page = ""
+with open(sys.argv[2], "w") as out:
+    for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
+        for line in open(f):
+            page += json.loads(line)["text"] + "\n\n"
+            if len(page) >= 50000:
+                out.write(json.dumps({"text": page}) + "\n")
+                page = ""
+EOF
+LONG="$TMP/pages"
+echo "== pages of ~17 k tokens instead of corpus B's documents, one pass, redistribute, 64-sample chunks: steps tail = drop leaves out"
+for algorithm in wrap best_fit; do
+    lost=""
+    for seed in $(seq 1 "$SEEDS"); do
+        spec "$seed" 8 "$algorithm" 1 "chunk_size = 64" redistribute partial 0 row_tokens > "$TMP/p.toml"
+        spec "$seed" 8 "$algorithm" 1 "chunk_size = 64" redistribute drop 0 row_tokens > "$TMP/d.toml"
+        "$BIN" run --spec "$TMP/p.toml" --quiet --report "$TMP/p.json" 2>/dev/null
+        "$BIN" run --spec "$TMP/d.toml" --quiet --report "$TMP/d.json" 2>/dev/null
+        all=$(field "$TMP/p.json" "r['tokens']")
+        kept=$(field "$TMP/d.json" "r['tokens']")
+        steps=$(field "$TMP/d.json" "r['steps']")
+        lost="$lost $(python3 -c "print(f'{($all-$kept)/($kept/$steps):.2f}')")"
+    done
+    printf '%-10s %s\n' "$algorithm" "$lost"
 done
