@@ -82,6 +82,23 @@ SPEC
 
 field() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
+# Steps `drop` leaves out against `partial`, one pass under redistribute by counted row tokens,
+# 8 lanes, for seeds 1..SEEDS: algorithm chunks [end_of_data].
+lost_by_seed() {
+    local lost="" seed all kept steps
+    for seed in $(seq 1 "$SEEDS"); do
+        spec "$seed" 8 "$1" 1 "$2" redistribute partial 0 row_tokens > "$TMP/p.toml"
+        spec "$seed" 8 "$1" 1 "$2" redistribute drop 0 row_tokens "${3:-}" > "$TMP/d.toml"
+        "$BIN" run --spec "$TMP/p.toml" --quiet --report "$TMP/p.json" 2>/dev/null
+        "$BIN" run --spec "$TMP/d.toml" --quiet --report "$TMP/d.json" 2>/dev/null
+        all=$(field "$TMP/p.json" "r['tokens']")
+        kept=$(field "$TMP/d.json" "r['tokens']")
+        steps=$(field "$TMP/d.json" "r['steps']")
+        lost="$lost $(python3 -c "print(f'{($all-$kept)/($kept/$steps):.2f}')")"
+    done
+    echo "$lost"
+}
+
 if [[ $PARTS == *1* ]]; then
 echo "== worst tokens ahead of the share / bound L x (4096 + 1024), $STEPS steps, seeds 1..$SEEDS"
 printf '%-10s %-9s %4s  %s\n' algorithm shuffle L "ratio per seed"
@@ -124,18 +141,7 @@ echo "== one pass, redistribute, by counted row tokens, over seeds 1..$SEEDS: st
 for packing in "wrap" "best_fit keep_pieces" "best_fit fill_rows"; do
     read -r algorithm end <<< "$packing"
     for chunks in "chunk_size = 64" "chunk_tokens = 65536" "chunk_tokens = 8192"; do
-        lost=""
-        for seed in $(seq 1 "$SEEDS"); do
-            spec "$seed" 8 "$algorithm" 1 "$chunks" redistribute partial 0 row_tokens > "$TMP/p.toml"
-            spec "$seed" 8 "$algorithm" 1 "$chunks" redistribute drop 0 row_tokens "$end" > "$TMP/d.toml"
-            "$BIN" run --spec "$TMP/p.toml" --quiet --report "$TMP/p.json" 2>/dev/null
-            "$BIN" run --spec "$TMP/d.toml" --quiet --report "$TMP/d.json" 2>/dev/null
-            all=$(field "$TMP/p.json" "r['tokens']")
-            kept=$(field "$TMP/d.json" "r['tokens']")
-            steps=$(field "$TMP/d.json" "r['steps']")
-            lost="$lost $(python3 -c "print(f'{($all-$kept)/($kept/$steps):.2f}')")"
-        done
-        printf '%-22s %-22s %s\n' "$packing" "$chunks" "$lost"
+        printf '%-22s %-22s %s\n' "$packing" "$chunks" "$(lost_by_seed "$algorithm" "$chunks" "$end")"
     done
 done
 fi
@@ -156,16 +162,5 @@ EOF
 LONG="$TMP/pages"
 echo "== pages of ~17 k tokens instead of corpus B's documents, one pass, redistribute, 64-sample chunks: steps tail = drop leaves out"
 for algorithm in wrap best_fit; do
-    lost=""
-    for seed in $(seq 1 "$SEEDS"); do
-        spec "$seed" 8 "$algorithm" 1 "chunk_size = 64" redistribute partial 0 row_tokens > "$TMP/p.toml"
-        spec "$seed" 8 "$algorithm" 1 "chunk_size = 64" redistribute drop 0 row_tokens > "$TMP/d.toml"
-        "$BIN" run --spec "$TMP/p.toml" --quiet --report "$TMP/p.json" 2>/dev/null
-        "$BIN" run --spec "$TMP/d.toml" --quiet --report "$TMP/d.json" 2>/dev/null
-        all=$(field "$TMP/p.json" "r['tokens']")
-        kept=$(field "$TMP/d.json" "r['tokens']")
-        steps=$(field "$TMP/d.json" "r['steps']")
-        lost="$lost $(python3 -c "print(f'{($all-$kept)/($kept/$steps):.2f}')")"
-    done
-    printf '%-10s %s\n' "$algorithm" "$lost"
+    printf '%-10s %s\n' "$algorithm" "$(lost_by_seed "$algorithm" "chunk_size = 64")"
 done
