@@ -168,6 +168,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     eprintln!("bench: restore from step {} in a fresh process", args.checkpoint_at);
     let b = child(&resume)?;
     let spec_parsed = zephon::Spec::from_file(&args.spec)?;
+    crate::run::warn(&spec_parsed);
     let threads = args.threads.unwrap_or_else(|| spec_parsed.exec().threads);
     eprintln!("bench: the bare tokenizers on one thread");
     let raw = raw_tokenizer_rates(&spec_parsed, 4 << 20)?;

@@ -197,6 +197,7 @@ fn main() -> ExitCode {
         }),
         Command::Explain { spec, world_size, rank } => (|| {
             let s = zephon::Spec::from_file(&spec)?;
+            run::warn(&s);
             let text = s.pipeline()?.explain(&s.topology(world_size, rank)?)?;
             print!("{text}");
             Ok(())

@@ -167,6 +167,13 @@ impl ShareTracker {
     }
 }
 
+/// Says the spec's warnings (settings that combine to drop data) on stderr.
+pub fn warn(spec: &Spec) {
+    for w in spec.warnings() {
+        eprintln!("zephon: warning: {w}");
+    }
+}
+
 /// The topology from flags, else from the launcher's environment (saying on stderr when no
 /// launcher variable is set and the process runs as rank 0 of 1).
 pub fn topology(spec: &Spec, world_size: Option<u32>, rank: Option<u32>) -> Result<Topology, CliError> {
@@ -250,6 +257,7 @@ fn dir_bytes(dir: &Path) -> u64 {
 pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     let start = Instant::now();
     let spec = Spec::from_file(&args.spec)?;
+    warn(&spec);
     let topology = topology(&spec, args.world_size, args.rank)?;
     let mut exec = spec.exec();
     if let Some(t) = args.threads {

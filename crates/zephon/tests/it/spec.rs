@@ -124,3 +124,22 @@ fn a_tokenizer_file_that_does_not_parse_names_the_file() {
     let e = parse(&unknown).pipeline().err().unwrap().to_string();
     assert!(e.contains("no token \"<|nope|>\""), "{e}");
 }
+
+/// ensure_mixture with exhaustion = "redistribute" would drop the rest of the epoch once a
+/// dataset runs out: the spec says so before a run starts, naming both settings and what to
+/// use instead; other combinations say nothing.
+#[test]
+fn ensure_mixture_under_redistribute_is_warned_about_before_the_run() {
+    let with = |exhaustion: &str, ensure: bool| {
+        let extra = if ensure { "\n[ensure_mixture]\nslack_tokens = 4096\n" } else { "" };
+        let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}{extra}"))
+            .replace("chunk_size = 16", &format!("chunk_size = 16\nexhaustion = \"{exhaustion}\""));
+        parse(&text).warnings()
+    };
+    let w = with("redistribute", true);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("[ensure_mixture]") && w[0].contains("exhaustion = \"stop\""), "{w:?}");
+    assert!(with("stop", true).is_empty());
+    assert!(with("repeat", true).is_empty());
+    assert!(with("redistribute", false).is_empty());
+}
