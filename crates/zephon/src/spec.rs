@@ -379,10 +379,10 @@ impl Spec {
             out.push(
                 "[ensure_mixture] holds the token shares also after a dataset runs out, while \
                  [source] exhaustion = \"redistribute\" then hands out the others only: \
-                 ensure_mixture drops their documents until the epoch ends (corpus B + one-line \
-                 documents, 30/70, one pass: 11.3 M of corpus B's 14 M tokens, reported per \
-                 dataset at the end). Use exhaustion = \"stop\" to end the epoch when the first \
-                 dataset runs out, or leave out [ensure_mixture] to let the shares change."
+                 ensure_mixture drops their documents until the epoch ends, which can be most of \
+                 the epoch (the drops are reported per dataset at the end). Use exhaustion = \
+                 \"stop\" to end the epoch when the first dataset runs out, or leave out \
+                 [ensure_mixture] to let the shares change."
                     .to_string(),
             );
         }
