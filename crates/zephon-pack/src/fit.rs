@@ -116,7 +116,12 @@ impl Accumulator for FitAcc {
     fn export(&self) -> AccumulatorState {
         AccumulatorState {
             values: state::fit_values(&self.open, self.config.warm_up.then_some(self.emitted)),
-            buffered: self.open.iter().flat_map(OpenRow::lineages).collect(),
+            buffered: {
+                // Sized up front: a lane exports its open rows at every step boundary.
+                let mut all = Vec::with_capacity(self.open.iter().map(|r| r.lineages().len()).sum());
+                all.extend(self.open.iter().flat_map(OpenRow::lineages));
+                all
+            },
         }
     }
 

@@ -103,7 +103,7 @@ impl OpenRow {
     }
 
     /// The lineage of each held piece, in order (what `export` saves).
-    pub fn lineages(&self) -> impl Iterator<Item = Lineage> + '_ {
+    pub fn lineages(&self) -> impl ExactSizeIterator<Item = Lineage> + '_ {
         self.fragments.iter().map(|f| Lineage::single(*f))
     }
 

@@ -28,22 +28,19 @@
 //! per family and on adversarial text.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use serde_json::Value as Json;
 
 use crate::added::{Added, AddedTokens, Segment};
+use crate::merge_table::MergeTable;
+use crate::piece_cache::{self, PieceCache};
 use crate::pretok::Gpt2;
 use crate::split::RegexSplit;
 
 /// Pieces longer than this are merged with a priority queue instead of repeated scans.
 const SCAN_LIMIT: usize = 64;
-
-/// Pieces up to this length are cached per thread (most words recur).
-const CACHE_PIECE: usize = 32;
-const CACHE_ENTRIES: usize = 1 << 16;
 
 /// A multiplicative hasher for integer keys and short byte strings.
 #[derive(Default)]
@@ -186,7 +183,7 @@ pub(crate) struct ByteLevelBpe {
     /// Id of each single byte.
     byte_ids: [u32; 256],
     /// (left id, right id) → (rank, merged id).
-    merges: Fast<u64, (u32, u32)>,
+    merges: MergeTable,
     /// Whole pieces looked up before merging (`ignore_merges`).
     vocab_bytes: Option<Fast<Vec<u8>, u32>>,
     /// Added tokens.
@@ -195,30 +192,6 @@ pub(crate) struct ByteLevelBpe {
     nfc: bool,
     /// Identifies this table in the per-thread cache.
     id: usize,
-}
-
-/// A cached piece: up to 32 bytes packed into words, so lookups compare four integers
-/// instead of calling `memcmp` on a heap string.
-#[derive(Copy, Clone, PartialEq, Eq, Hash)]
-struct PieceKey([u64; 4], u8);
-
-impl PieceKey {
-    fn new(piece: &[u8]) -> Self {
-        let mut words = [0u64; 4];
-        for (i, chunk) in piece.chunks(8).enumerate() {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            words[i] = u64::from_le_bytes(b);
-        }
-        PieceKey(words, piece.len() as u8)
-    }
-}
-
-/// A thread's cache: the table it belongs to, and pieces → ids.
-type PieceCache = (usize, Fast<PieceKey, Box<[u32]>>);
-
-thread_local! {
-    static CACHE: RefCell<PieceCache> = RefCell::new((usize::MAX, Fast::default()));
 }
 
 /// The GPT-2 byte ↔ unicode table: printable bytes map to themselves, the rest to U+0100....
@@ -297,8 +270,8 @@ pub(crate) fn build(json: &Json, added: &[Added]) -> Result<ByteLevelBpe, String
     for (b, c) in chars.iter().enumerate() {
         byte_ids[b] = *vocab.get(c.to_string().as_str()).ok_or("a byte symbol is missing from the vocabulary")?;
     }
-    let mut merges: Fast<u64, (u32, u32)> = Fast::default();
-    for (rank, m) in model["merges"].as_array().ok_or("BPE model without merges")?.iter().enumerate() {
+    let mut merges = Vec::new();
+    for m in model["merges"].as_array().ok_or("BPE model without merges")?.iter() {
         let (a, b) = match m {
             Json::String(s) => s.split_once(' ').ok_or("a merge is not two symbols")?,
             Json::Array(p) if p.len() == 2 => (p[0].as_str().ok_or("bad merge")?, p[1].as_str().ok_or("bad merge")?),
@@ -307,11 +280,9 @@ pub(crate) fn build(json: &Json, added: &[Added]) -> Result<ByteLevelBpe, String
         let (ia, ib) =
             (vocab.get(a).ok_or("a merge symbol is not in the vocabulary")?, vocab.get(b).ok_or("bad merge")?);
         let merged = vocab.get(format!("{a}{b}").as_str()).ok_or("a merge result is not in the vocabulary")?;
-        let key = (*ia as u64) << 32 | *ib as u64;
-        if merges.insert(key, (rank as u32, *merged)).is_some() {
-            return Err("a merge is listed twice".into());
-        }
+        merges.push((*ia, *ib, *merged));
     }
+    let merges = MergeTable::new(&merges)?;
     let decode = |token: &str| -> Option<Vec<u8>> {
         token.chars().map(|c| chars.iter().position(|&x| x == c).map(|b| b as u8)).collect()
     };
@@ -379,12 +350,14 @@ impl ByteLevelBpe {
 
     /// Encodes `text` (no added tokens in it) until `out` holds `min` ids; whether it ended.
     fn encode_text(&self, text: &str, min: usize, out: &mut Vec<u32>) -> bool {
-        self.split.pieces(text, &mut |piece| {
-            if out.len() >= min {
-                return false;
-            }
-            self.encode_piece(piece.as_bytes(), out);
-            true
+        piece_cache::with(self.id, |cache| {
+            self.split.pieces(text, &mut |piece| {
+                if out.len() >= min {
+                    return false;
+                }
+                self.encode_piece(piece.as_bytes(), cache, out);
+                true
+            })
         })
     }
 
@@ -393,7 +366,7 @@ impl ByteLevelBpe {
         matches!(self.split, Splitter::Gpt2(_))
     }
 
-    fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
+    fn encode_piece(&self, piece: &[u8], cache: &mut PieceCache, out: &mut Vec<u32>) {
         if let Some(v) = &self.vocab_bytes
             && let Some(id) = v.get(piece)
         {
@@ -404,15 +377,9 @@ impl ByteLevelBpe {
             out.push(self.byte_ids[piece[0] as usize]);
             return;
         }
-        let key = (piece.len() <= CACHE_PIECE).then(|| PieceKey::new(piece));
-        if let Some(key) = key {
-            let hit = CACHE.with(|c| {
-                let c = c.borrow();
-                if c.0 == self.id { c.1.get(&key).map(|ids| out.extend_from_slice(ids)).is_some() } else { false }
-            });
-            if hit {
-                return;
-            }
+        let cached = piece.len() <= piece_cache::MAX_PIECE;
+        if cached && cache.get(piece, out) {
+            return;
         }
         let start = out.len();
         if piece.len() <= SCAN_LIMIT {
@@ -420,40 +387,54 @@ impl ByteLevelBpe {
         } else {
             self.merge_queue(piece, out);
         }
-        if let Some(key) = key {
-            CACHE.with(|c| {
-                let mut c = c.borrow_mut();
-                if c.0 != self.id {
-                    *c = (self.id, Fast::default());
-                }
-                if c.1.len() < CACHE_ENTRIES {
-                    c.1.insert(key, out[start..].into());
-                }
-            });
+        if cached {
+            cache.put(piece, &out[start..]);
         }
     }
 
     fn rank(&self, a: u32, b: u32) -> Option<(u32, u32)> {
-        self.merges.get(&((a as u64) << 32 | b as u64)).copied()
+        self.merges.get(a, b)
     }
 
-    /// Short pieces: repeatedly merge the leftmost lowest-rank pair.
+    /// Short pieces: repeatedly merge the leftmost lowest-rank pair. The pairs' ranks are kept
+    /// beside the symbols, so a merge looks up only the two pairs it changed; all on the stack.
     fn merge_scan(&self, piece: &[u8], out: &mut Vec<u32>) {
-        let mut syms: Vec<u32> = piece.iter().map(|&b| self.byte_ids[b as usize]).collect();
-        loop {
-            let mut best: Option<(u32, usize, u32)> = None;
-            for i in 0..syms.len().saturating_sub(1) {
-                if let Some((rank, merged)) = self.rank(syms[i], syms[i + 1])
-                    && best.is_none_or(|(r, _, _)| rank < r)
-                {
-                    best = Some((rank, i, merged));
+        const NONE: (u32, u32) = (u32::MAX, 0);
+        let mut n = piece.len();
+        if n < 2 {
+            out.extend(piece.iter().map(|&b| self.byte_ids[b as usize]));
+            return;
+        }
+        let mut syms = [0u32; SCAN_LIMIT];
+        let mut ranks = [NONE; SCAN_LIMIT];
+        for (s, &b) in syms.iter_mut().zip(piece) {
+            *s = self.byte_ids[b as usize];
+        }
+        for i in 0..n - 1 {
+            ranks[i] = self.rank(syms[i], syms[i + 1]).unwrap_or(NONE);
+        }
+        while n > 1 {
+            let mut best = 0;
+            for i in 1..n - 1 {
+                if ranks[i].0 < ranks[best].0 {
+                    best = i;
                 }
             }
-            let Some((_, i, merged)) = best else { break };
-            syms[i] = merged;
-            syms.remove(i + 1);
+            if ranks[best].0 == u32::MAX {
+                break;
+            }
+            syms[best] = ranks[best].1;
+            syms.copy_within(best + 2..n, best + 1);
+            ranks.copy_within(best + 1..n - 1, best);
+            n -= 1;
+            if best > 0 {
+                ranks[best - 1] = self.rank(syms[best - 1], syms[best]).unwrap_or(NONE);
+            }
+            if best + 1 < n {
+                ranks[best] = self.rank(syms[best], syms[best + 1]).unwrap_or(NONE);
+            }
         }
-        out.extend_from_slice(&syms);
+        out.extend_from_slice(&syms[..n]);
     }
 
     /// Long pieces: the same merges through a priority queue over a linked list, O(n log n).

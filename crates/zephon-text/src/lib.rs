@@ -33,6 +33,8 @@
 
 mod added;
 mod bpe;
+mod merge_table;
+mod piece_cache;
 mod pretok;
 mod reference;
 mod split;

@@ -2,7 +2,9 @@
 //! version and cached on disk.
 //!
 //! Rows are read with positioned reads (`pread`), not a memory map: a shard truncated under
-//! a running job gives an error naming it, never a bus error.
+//! a running job gives an error naming it, never a bus error. Small shards (within
+//! [`DatasetOptions::jsonl_held_bytes`]) are read whole on first use instead, because for a
+//! document of a line the system call costs as much as parsing and tokenizing it.
 //!
 //! Images (LLaVA / OBELICS style) are paths in a field, relative to the shard's folder; each
 //! file is read whole when its row is read, on the engine's worker thread.
@@ -11,6 +13,7 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest};
 
@@ -32,6 +35,9 @@ const INDEX_MAGIC: &str = "ZEPHON-JSONL-INDEX v2";
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 
 const CHUNK: usize = 1 << 20;
+
+/// Default of [`DatasetOptions::jsonl_held_bytes`].
+const DEFAULT_HELD_BYTES: usize = 64 << 20;
 
 /// The cache folders JSONL datasets write to (under the cache directory).
 const CACHE_DIRS: [&str; 3] = [CONTENT_DIR, "jsonl", "jsonl-index"];
@@ -81,6 +87,27 @@ struct Shard {
     /// Byte offset where each row starts; a row ends where the next starts (or at `end`).
     starts: Vec<u64>,
     end: u64,
+    /// For a held shard: its bytes, read whole on first use (or why they could not be).
+    held: Option<OnceLock<std::result::Result<Box<[u8]>, String>>>,
+}
+
+impl Shard {
+    /// The bytes of a held shard (read now if this is the first use), or `None` when the
+    /// shard is read row by row.
+    fn held_bytes(&self) -> Option<std::result::Result<&[u8], OpError>> {
+        let cell = self.held.as_ref()?;
+        let bytes = cell.get_or_init(|| {
+            let mut all = vec![0u8; self.end as usize];
+            self.file.read_exact_at(&mut all, 0).map(|()| all.into_boxed_slice()).map_err(|e| {
+                format!(
+                    "{}: cannot read its {} bytes ({e}); did the file change since it was opened?",
+                    self.source.display(),
+                    self.end
+                )
+            })
+        });
+        Some(bytes.as_deref().map_err(|e| OpError::Fatal(e.clone())))
+    }
 }
 
 /// A dataset of JSONL shards.
@@ -98,7 +125,15 @@ impl JsonlDataset {
     /// version, cached) and building or loading its index, several shards at a time.
     pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> Result<Self> {
         options.fields.check(name)?;
-        let (shards, entries) = open_shards(name, paths, options, &CACHE_DIRS, open_shard)?;
+        let (mut shards, entries) = open_shards(name, paths, options, &CACHE_DIRS, open_shard)?;
+        let mut budget = options.jsonl_held_bytes.unwrap_or(DEFAULT_HELD_BYTES) as u64;
+        for shard in &mut shards {
+            if shard.end > budget {
+                break;
+            }
+            budget -= shard.end;
+            shard.held = Some(OnceLock::new());
+        }
         let fields = options.fields.clone();
         let handles = fields.handles();
         let images = fields.images.as_deref().map(|f| (Field::new(f), ImageHandles::new()));
@@ -124,15 +159,23 @@ impl JsonlDataset {
             OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.display()))
         })? as usize;
         self.fields.check_size(len)?;
-        buf.resize(len, 0);
-        shard.file.read_exact_at(buf, start).map_err(|e| {
-            OpError::Fatal(format!(
-                "{}: cannot read bytes {start}..{end} ({e}); did the file change since it was opened?",
-                shard.source.display()
-            ))
-        })?;
+        let bytes: &[u8] = match shard.held_bytes() {
+            Some(all) => all?.get(start as usize..end as usize).ok_or_else(|| {
+                OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.display()))
+            })?,
+            None => {
+                buf.resize(len, 0);
+                shard.file.read_exact_at(buf, start).map_err(|e| {
+                    OpError::Fatal(format!(
+                        "{}: cannot read bytes {start}..{end} ({e}); did the file change since it was opened?",
+                        shard.source.display()
+                    ))
+                })?;
+                buf
+            }
+        };
         let images_field = self.images.as_ref().map(|(f, _)| f);
-        let row = parse_row(buf, &self.handles, images_field)
+        let row = parse_row(bytes, &self.handles, images_field)
             .map_err(|e| OpError::Data(format!("{}: invalid JSON: {e}", shard.source.display())))?;
         if let Some(d) = row.duplicate {
             let name = self.handles.get(d).or(images_field).map_or("", Field::as_str);
@@ -263,7 +306,7 @@ fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardMan
     };
     let entry = manifest_entry(path, starts.len() as u64, &stat, hash);
     let dir = std::path::absolute(path).map_err(|e| e.to_string())?.parent().map(Path::to_path_buf).unwrap_or_default();
-    Ok((Shard { source: path.to_path_buf(), dir, file: readable, starts, end }, entry))
+    Ok((Shard { source: path.to_path_buf(), dir, file: readable, starts, end, held: None }, entry))
 }
 
 /// Decompresses `file` into `target` (atomically), indexing the output on the way. The

@@ -237,14 +237,22 @@ fn a_missing_shard_file() {
 
 #[test]
 fn a_shard_truncated_while_the_job_runs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = shard_with(tmp.path(), br#"{"id": 23, "text": "fine"}"#);
-    let opts = DatasetOptions { cache_dir: Some(tmp.path().join("cache")), ..DatasetOptions::default() };
-    let ds = open("shrinking", &path, &opts).unwrap();
-    let len = fs::metadata(&path).unwrap().len();
-    fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
-    let err = run(spec_for(ds, BadRecords::Skip)).unwrap_err();
-    assert!(err.contains("shrinking shard 0 row") && err.contains("did the file change"), "{err}");
+    // Read row by row, and held in memory (read whole at its first row).
+    for held in [Some(0), None] {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = shard_with(tmp.path(), br#"{"id": 23, "text": "fine"}"#);
+        let opts = DatasetOptions {
+            cache_dir: Some(tmp.path().join("cache")),
+            jsonl_held_bytes: held,
+            ..DatasetOptions::default()
+        };
+        let ds = open("shrinking", &path, &opts).unwrap();
+        let len = fs::metadata(&path).unwrap().len();
+        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
+        let err = run(spec_for(ds, BadRecords::Skip)).unwrap_err();
+        assert!(err.contains("shrinking shard 0 row") && err.contains("did the file change"), "{held:?}: {err}");
+        assert!(err.contains(&path.display().to_string()), "{held:?}: {err}");
+    }
 }
 
 #[test]
