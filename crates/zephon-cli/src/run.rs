@@ -254,6 +254,10 @@ fn dir_bytes(dir: &Path) -> u64 {
     fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     let start = Instant::now();
     let spec = Spec::from_file(&args.spec)?;
@@ -263,12 +267,17 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     if let Some(t) = args.threads {
         exec.threads = t;
     }
-    if let Some(k) = args.checkpoint_every {
-        if k == 0 {
-            return Err(CliError::Usage("--checkpoint-every must be at least 1".into()));
-        }
-        exec.snapshot_every = k;
+    if args.checkpoint_every == Some(0) {
+        return Err(CliError::Usage("--checkpoint-every must be at least 1".into()));
     }
+    // Lanes snapshot their state only after steps this run can checkpoint at: a snapshot
+    // copies every held row's lineage, at every step when taken every step.
+    let at = args.checkpoint_at.filter(|&k| k > 0);
+    exec.snapshot_every = match (args.checkpoint_every, at) {
+        (Some(k), Some(at)) => gcd(k, at),
+        (Some(k), None) | (None, Some(k)) => k,
+        (None, None) => u64::MAX,
+    };
     if (args.checkpoint_every.is_some() || args.checkpoint_at.is_some()) && args.checkpoint_dir.is_none() {
         return Err(CliError::Usage("--checkpoint-every/--checkpoint-at need --checkpoint-dir".into()));
     }

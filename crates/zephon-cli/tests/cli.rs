@@ -446,6 +446,40 @@ fn kill_9_at_any_moment_resumes_to_the_uninterrupted_run() {
     }
 }
 
+/// Lanes snapshot only after the steps a run checkpoints at; with `--checkpoint-every` and
+/// `--checkpoint-at` together, after both kinds, and each resumes to the uninterrupted run.
+#[test]
+fn checkpoints_every_k_steps_and_at_a_named_step_both_resume_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = spec(d, 4, 8, 256, None);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--spec", s.to_str().unwrap(), "--quiet", "--steps", "10"];
+        args.extend_from_slice(extra);
+        let o = zephon(&args);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    let reference = d.join("reference.tsv");
+    run(&["--hash-log", reference.to_str().unwrap()]);
+    let ck = d.join("ck");
+    run(&["--checkpoint-every", "4", "--checkpoint-at", "6", "--checkpoint-dir", ck.to_str().unwrap()]);
+    let mut folders: Vec<String> =
+        std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    folders.sort();
+    assert_eq!(folders, ["step-00000004", "step-00000006", "step-00000008"]);
+    let want = log_steps(&reference);
+    for folder in folders {
+        let resumed = d.join(format!("{folder}.tsv"));
+        run(&["--resume-from", ck.join(&folder).to_str().unwrap(), "--hash-log", resumed.to_str().unwrap()]);
+        let got = log_steps(&resumed);
+        let first: u64 = folder.trim_start_matches("step-").parse().unwrap();
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), (first..10).collect::<Vec<_>>(), "{folder}");
+        for (step, lines) in &got {
+            assert_eq!(Some(lines), want.get(step), "resumed from {folder}: step {step} differs");
+        }
+    }
+}
+
 #[test]
 fn check_tokenizer_compares_the_engine_with_tokenizers_on_the_specs_documents() {
     let dir = tempfile::tempdir().unwrap();
