@@ -84,7 +84,7 @@ struct RawRates {
 /// a time (as the tokenize operator calls it).
 fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<Vec<RawRates>, CliError> {
     let t = spec.tokenize.as_ref().ok_or_else(|| CliError::Usage("bench needs a [tokenize] section".into()))?;
-    let tokenizer = zephon::Tokenizer::from_file(&spec.resolve(&t.tokenizer)).map_err(zephon::Error::from)?;
+    let tokenizer_path = spec.resolve(&t.tokenizer);
     let mut rates = Vec::new();
     for d in &spec.datasets {
         let ds = zephon::io::open(&d.name, &spec.resolve(&d.path), &Default::default()).map_err(zephon::Error::from)?;
@@ -105,15 +105,17 @@ fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<Vec<RawRate
                 }
             }
         }
-        // The best of three passes, each on a fresh thread (so with the fast path's per-thread
-        // piece cache empty, as a worker's is when it starts): one pass of a few megabytes
-        // moves by tens of percent with this machine's noise.
-        let time = |f: &(dyn Fn(&str) -> Result<usize, String> + Sync)| -> Result<f64, CliError> {
+        // The best of three passes, each with the tokenizer loaded afresh (so that neither
+        // engine's cache of words remembers an earlier pass) and on a fresh thread (the fast
+        // path's piece cache is per thread): one pass of a few megabytes moves by tens of
+        // percent with this machine's noise.
+        let time = |f: &(dyn Fn(&zephon::Tokenizer, &str) -> Result<usize, String> + Sync)| -> Result<f64, CliError> {
             let pass = || -> Result<f64, CliError> {
+                let tokenizer = zephon::Tokenizer::from_file(&tokenizer_path).map_err(zephon::Error::from)?;
                 let start = std::time::Instant::now();
                 let mut tokens = 0;
                 for text in &texts {
-                    tokens += f(text).map_err(CliError::Verify)?;
+                    tokens += f(&tokenizer, text).map_err(CliError::Verify)?;
                 }
                 Ok(tokens as f64 / start.elapsed().as_secs_f64())
             };
@@ -127,8 +129,8 @@ fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<Vec<RawRate
         };
         rates.push(RawRates {
             dataset: d.name.clone(),
-            tokenizers_crate_tokens_per_s: time(&|s| tokenizer.encode_reference(s).map(|v| v.len()))?,
-            engine_tokens_per_s: time(&|s| tokenizer.count(s))?,
+            tokenizers_crate_tokens_per_s: time(&|t, s| t.encode_reference(s).map(|v| v.len()))?,
+            engine_tokens_per_s: time(&|t, s| t.count(s))?,
         });
     }
     Ok(rates)
