@@ -14,6 +14,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest};
 
@@ -37,7 +38,37 @@ const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
 const CHUNK: usize = 1 << 20;
 
 /// Default of [`DatasetOptions::jsonl_held_bytes`].
-const DEFAULT_HELD_BYTES: usize = 64 << 20;
+const DEFAULT_HELD_BYTES: u64 = 64 << 20;
+
+/// Bytes all datasets open with the default budget hold together, so that a mixture of many
+/// small datasets does not hold 64 MiB for each.
+const DEFAULT_HELD_TOTAL: u64 = 256 << 20;
+
+/// Bytes reserved now under [`DEFAULT_HELD_TOTAL`].
+static DEFAULT_HELD: AtomicU64 = AtomicU64::new(0);
+
+/// Takes up to `want` bytes of the process's default budget; how many it got.
+fn reserve_default(want: u64) -> u64 {
+    let before = DEFAULT_HELD
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            Some(used + want.min(DEFAULT_HELD_TOTAL.saturating_sub(used)))
+        })
+        .unwrap_or(DEFAULT_HELD_TOTAL);
+    want.min(DEFAULT_HELD_TOTAL.saturating_sub(before))
+}
+
+/// Marks the shards held while they fit in `budget` (in order); the bytes they take.
+fn hold_within(shards: &mut [Shard], budget: u64) -> u64 {
+    let mut used = 0;
+    for shard in shards {
+        if used + shard.end > budget {
+            break;
+        }
+        used += shard.end;
+        shard.held = Some(OnceLock::new());
+    }
+    used
+}
 
 /// The cache folders JSONL datasets write to (under the cache directory).
 const CACHE_DIRS: [&str; 3] = [CONTENT_DIR, "jsonl", "jsonl-index"];
@@ -118,6 +149,14 @@ pub struct JsonlDataset {
     handles: Vec<Field>,
     /// The field holding image paths, when images are read.
     images: Option<(Field, ImageHandles)>,
+    /// Bytes of the process's default held budget this dataset reserved (given back on drop).
+    default_held: u64,
+}
+
+impl Drop for JsonlDataset {
+    fn drop(&mut self) {
+        DEFAULT_HELD.fetch_sub(self.default_held, Ordering::Relaxed);
+    }
 }
 
 impl JsonlDataset {
@@ -126,14 +165,22 @@ impl JsonlDataset {
     pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> Result<Self> {
         options.fields.check(name)?;
         let (mut shards, entries) = open_shards(name, paths, options, &CACHE_DIRS, open_shard)?;
-        let mut budget = options.jsonl_held_bytes.unwrap_or(DEFAULT_HELD_BYTES) as u64;
-        for shard in &mut shards {
-            if shard.end > budget {
-                break;
+        let default_held = match options.jsonl_held_bytes {
+            Some(budget) => {
+                hold_within(&mut shards, budget as u64);
+                0
             }
-            budget -= shard.end;
-            shard.held = Some(OnceLock::new());
-        }
+            None => {
+                // What fits in this dataset's budget, then as much of it as the process's
+                // total allows; the part not used is given back at once.
+                let want = hold_within(&mut shards, DEFAULT_HELD_BYTES);
+                shards.iter_mut().for_each(|s| s.held = None);
+                let granted = reserve_default(want);
+                let used = hold_within(&mut shards, granted);
+                DEFAULT_HELD.fetch_sub(granted - used, Ordering::Relaxed);
+                used
+            }
+        };
         let fields = options.fields.clone();
         let handles = fields.handles();
         let images = fields.images.as_deref().map(|f| (Field::new(f), ImageHandles::new()));
@@ -143,6 +190,7 @@ impl JsonlDataset {
             fields,
             handles,
             images,
+            default_held,
         })
     }
 
