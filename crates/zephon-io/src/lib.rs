@@ -70,7 +70,8 @@ pub struct DatasetOptions {
     pub parquet_cache_bytes: Option<usize>,
     /// Bytes of JSONL shards read whole into memory on first use, per dataset: rows of a
     /// held shard cost no system call each, which is most of reading a short document.
-    /// Shards are held in order while their total fits; the rest are read row by row.
+    /// Shards whose rows average at most 1 KiB are held in order while their total fits;
+    /// the rest are read row by row.
     /// `Some(0)` holds none. The default is 64 MiB per dataset and 256 MiB for all the
     /// process's datasets opened with the default together.
     pub jsonl_held_bytes: Option<usize>,

@@ -51,14 +51,14 @@ fn random_order_reads_equal_sequential_reads() {
 /// budget runs out part way) or none are held, in any order.
 #[test]
 fn held_jsonl_shards_read_like_shards_read_row_by_row() {
-    let dir = corpus_dir("b", "jsonl");
+    let dir = corpus_dir("a", "jsonl");
     let mut paths: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     paths.sort();
     let sizes: Vec<usize> = paths.iter().map(|p| fs::metadata(p).unwrap().len() as usize).collect();
-    assert!(sizes.len() >= 2, "corpus b has several shards");
+    assert!(sizes.len() >= 2, "corpus a has several shards");
     let read_all = |held: usize| {
         let opts = DatasetOptions { jsonl_held_bytes: Some(held), ..DatasetOptions::default() };
-        let ds = Datasets::new(vec![open_shards("b", Format::Jsonl, &paths, &opts).unwrap()]);
+        let ds = Datasets::new(vec![open_shards("a", Format::Jsonl, &paths, &opts).unwrap()]);
         let ids = all_ids(&ds, 0);
         let perm = zephon_core::Permutation::new(ids.len() as u64, zephon_core::RngKey::new(5, "held"));
         let order: Vec<_> = (0..ids.len() as u64).map(|i| ids[perm.apply(i) as usize]).collect();
