@@ -400,6 +400,7 @@ impl ByteLevelBpe {
     /// beside the symbols, so a merge looks up only the two pairs it changed; all on the stack.
     fn merge_scan(&self, piece: &[u8], out: &mut Vec<u32>) {
         const NONE: (u32, u32) = (u32::MAX, 0);
+        debug_assert!(piece.len() <= SCAN_LIMIT, "longer pieces go through merge_queue");
         let mut n = piece.len();
         if n < 2 {
             out.extend(piece.iter().map(|&b| self.byte_ids[b as usize]));

@@ -397,10 +397,13 @@ impl Engine {
     /// atomically). Every rank writes its own file into the same directory; no coordination.
     pub fn checkpoint(&self, dir: &Path) -> Result<PathBuf> {
         let Some(states) = &self.states else {
+            let every = match self.shared.opts.snapshot_every {
+                u64::MAX => "never (ExecOptions::snapshot_every is u64::MAX)".to_string(),
+                k => format!("every {k} steps (ExecOptions::snapshot_every)"),
+            };
             return Err(Error::Config(format!(
-                "no lane snapshot after step {}: snapshots are taken every {} steps",
-                self.next_step.saturating_sub(1),
-                self.shared.opts.snapshot_every
+                "no lane snapshot after step {}: this run takes snapshots {every}",
+                self.next_step.saturating_sub(1)
             )));
         };
         let t = &self.shared.topology;

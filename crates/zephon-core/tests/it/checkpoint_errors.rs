@@ -160,3 +160,28 @@ mod never_panics {
         }
     }
 }
+
+/// Lanes snapshot only after every `snapshot_every`-th step: a checkpoint after another step
+/// is refused, naming the setting (also when it is "never"), and one after a snapshot works.
+#[test]
+fn a_checkpoint_after_a_step_without_snapshots_is_refused_naming_the_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let never = ExecOptions { snapshot_every: u64::MAX, ..opts(2, 3, 2) };
+    let mut e = Engine::start(run_spec(), Topology::single(4, 8).unwrap(), never).unwrap();
+    e.next_step().unwrap();
+    let err = e.checkpoint(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("after step 0") && err.contains("never") && err.contains("snapshot_every"), "{err}");
+
+    let every_3 = ExecOptions { snapshot_every: 3, ..opts(2, 3, 2) };
+    let mut e = Engine::start(run_spec(), Topology::single(4, 8).unwrap(), every_3).unwrap();
+    for step in 0..3 {
+        e.next_step().unwrap();
+        let got = e.checkpoint(&tmp.path().join(format!("s{step}")));
+        if step < 2 {
+            let err = got.unwrap_err().to_string();
+            assert!(err.contains(&format!("after step {step}")) && err.contains("every 3 steps"), "{err}");
+        } else {
+            got.unwrap();
+        }
+    }
+}
