@@ -132,6 +132,12 @@ struct Shard {
 }
 
 impl Shard {
+    /// Where row `i` starts and ends (it ends where the next starts, the last at `end`).
+    fn row_span(&self, i: usize) -> Option<(u64, u64)> {
+        let start = *self.starts.get(i)?;
+        Some((start, self.starts.get(i + 1).copied().unwrap_or(self.end)))
+    }
+
     /// The bytes of a held shard (read now if this is the first use), or `None` when the
     /// shard is read row by row.
     fn held_bytes(&self) -> Option<std::result::Result<&[u8], OpError>> {
@@ -207,10 +213,9 @@ impl JsonlDataset {
         let shard =
             self.shards.get(id.shard as usize).ok_or_else(|| OpError::Fatal(format!("no shard {}", id.shard)))?;
         let i = id.row as usize;
-        let start = *shard.starts.get(i).ok_or_else(|| {
+        let (start, end) = shard.row_span(i).ok_or_else(|| {
             OpError::Fatal(format!("{}: no row {} (the shard has {})", shard.source.display(), i, shard.starts.len()))
         })?;
-        let end = shard.starts.get(i + 1).copied().unwrap_or(shard.end);
         // Indexes are checked when loaded, so this only guards against a bug.
         let len = end.checked_sub(start).ok_or_else(|| {
             OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.display()))
@@ -260,11 +265,7 @@ impl JsonlDataset {
         for id in samples {
             let Some(shard) = self.shards.get(id.shard as usize) else { continue };
             let Some(Ok(bytes)) = shard.held_bytes() else { continue };
-            let i = id.row as usize;
-            let (Some(&start), end) = (shard.starts.get(i), shard.starts.get(i + 1).copied().unwrap_or(shard.end))
-            else {
-                continue;
-            };
+            let Some((start, end)) = shard.row_span(id.row as usize) else { continue };
             if let (Some(first), Some(last)) = (bytes.get(start as usize), bytes.get((end as usize).wrapping_sub(1))) {
                 std::hint::black_box((*first, *last));
             }
