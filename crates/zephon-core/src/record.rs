@@ -9,19 +9,43 @@ use crate::buffer::Buffer;
 use crate::id::SampleId;
 use crate::lineage::{Fragment, Lineage, Span};
 
-/// A field name. Cheap to clone: records of one pipeline share their names.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Field(Arc<str>);
+/// A field name. Names are interned: each distinct name is stored once for the life of the
+/// process, so a clone copies a pointer and two fields are equal exactly when they point at
+/// the same name.
+///
+/// Why not a shared reference count: every record a worker sets a field on cloned the name,
+/// and every record dropped released it, so with two workers the count's cache line moved
+/// between cores on every record (and the name's bytes, beside it, with it). The cost of
+/// interning is that a name, once made, is never freed: names come from configuration and
+/// operators, a handful per pipeline, not from data.
+#[derive(Clone, Eq, Hash, PartialOrd, Ord)]
+pub struct Field(&'static str);
+
+impl PartialEq for Field {
+    fn eq(&self, other: &Field) -> bool {
+        // Interned: the same name is the same pointer.
+        std::ptr::eq(self.0, other.0)
+    }
+}
 
 impl Field {
-    /// A field called `name`.
+    /// The field called `name` (interned on first use; later calls find it).
     pub fn new(name: &str) -> Self {
-        Field(Arc::from(name))
+        static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+            std::sync::Mutex::new(std::collections::BTreeSet::new());
+        // A poisoned set is still a valid set: insertion is one call that cannot half-happen.
+        let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&known) = names.get(name) {
+            return Field(known);
+        }
+        let leaked: &'static str = Box::leak(name.into());
+        names.insert(leaked);
+        Field(leaked)
     }
 
     /// The name.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0
     }
 }
 
@@ -441,6 +465,22 @@ impl Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_of_one_name_are_one_field_whoever_made_them() {
+        let here = Field::new("tokens");
+        let (there, other) = std::thread::spawn(|| (Field::new(&String::from("tokens")), Field::new("token")))
+            .join()
+            .expect("the thread makes two fields");
+        assert_eq!(here, there);
+        assert_eq!(here.as_str(), "tokens");
+        assert_ne!(here, other, "a prefix is another name");
+        assert!(Field::new("a") < Field::new("b"), "fields order by name, as the canonical encoding sorts them");
+        let mut r = Record::new(Lineage::default()).with(&here, Value::Int(1));
+        r.set(&there, Value::Int(2));
+        assert_eq!(r.fields().len(), 1, "setting the same name twice replaces the value");
+        assert_eq!(r.get("tokens"), Some(&Value::Int(2)));
+    }
 
     fn rec(tokens: Vec<u32>) -> Record {
         let sample = SampleId::new(0, 1, 2);

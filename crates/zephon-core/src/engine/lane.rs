@@ -421,18 +421,20 @@ impl LaneRun {
                 self.accs[k - 1].next_stage_out(r);
             }
         }
-        let plan = self.plan.clone();
-        let pre = plan.stages.get(k + 1).map_or(&[][..], |s| &s.pre[..]);
+        // The plan is read through `self` each time, not through a clone of its `Arc`: a clone
+        // per call wrote the count that every worker shares.
+        let has_pre = self.plan.stages.get(k + 1).is_some_and(|s| !s.pre.is_empty());
         for r in out.drain(..) {
-            if pre.is_empty() {
+            if !has_pre {
                 self.push_stage(k + 1, r)?;
             } else {
                 let origin = r.lineage().first_sample();
                 let mut mapped = Vec::new();
                 let t = self.stage_clock();
-                let res = apply_chain(pre, r, &mut mapped);
+                let res = apply_chain(&self.plan.stages[k + 1].pre, r, &mut mapped)
+                    .map_err(|(op, e)| self.op_error(op, origin, e));
                 self.add_stage_time(k + 1, t);
-                res.map_err(|(op, e)| self.op_error(op, origin, e))?;
+                res?;
                 for m in mapped {
                     self.push_stage(k + 1, m)?;
                 }
@@ -446,10 +448,9 @@ impl LaneRun {
             self.emit(rec);
             return Ok(());
         }
-        let plan = self.plan.clone();
         let origin = rec.lineage().first_sample();
         let mut rows = Vec::new();
-        apply_chain(&plan.tail, rec, &mut rows).map_err(|(op, e)| self.op_error(op, origin, e))?;
+        apply_chain(&self.plan.tail, rec, &mut rows).map_err(|(op, e)| self.op_error(op, origin, e))?;
         for r in rows {
             self.emit(r);
         }
