@@ -30,23 +30,44 @@ impl PartialEq for Field {
 
 impl Field {
     /// The field called `name` (interned on first use; later calls find it).
+    ///
+    /// Each thread keeps the names it has used, so a call for a known name (an operator that
+    /// makes its fields per record) takes no lock.
     pub fn new(name: &str) -> Self {
-        static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
-            std::sync::Mutex::new(std::collections::BTreeSet::new());
-        // A poisoned set is still a valid set: insertion is one call that cannot half-happen.
-        let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&known) = names.get(name) {
-            return Field(known);
+        thread_local! {
+            static SEEN: std::cell::RefCell<std::collections::HashSet<&'static str>> = Default::default();
         }
-        let leaked: &'static str = Box::leak(name.into());
-        names.insert(leaked);
-        Field(leaked)
+        let known = |seen: &std::cell::RefCell<std::collections::HashSet<&'static str>>| {
+            let mut seen = seen.borrow_mut();
+            if let Some(&known) = seen.get(name) {
+                return known;
+            }
+            let interned = intern(name);
+            seen.insert(interned);
+            interned
+        };
+        // A thread being torn down has no cache any more; it still gets the name.
+        Field(SEEN.try_with(known).unwrap_or_else(|_| intern(name)))
     }
 
     /// The name.
     pub fn as_str(&self) -> &str {
         self.0
     }
+}
+
+/// The one copy of `name` for the process, made on first use.
+fn intern(name: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    // A poisoned set is still a valid set: an insertion cannot half-happen.
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&known) = names.get(name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.into());
+    names.insert(leaked);
+    leaked
 }
 
 impl fmt::Debug for Field {
