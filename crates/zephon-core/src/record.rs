@@ -18,13 +18,20 @@ use crate::lineage::{Fragment, Lineage, Span};
 /// between cores on every record (and the name's bytes, beside it, with it). The cost of
 /// interning is that a name, once made, is never freed: names come from configuration and
 /// operators, a handful per pipeline, not from data.
-#[derive(Clone, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Eq, PartialOrd, Ord)]
 pub struct Field(&'static str);
 
 impl PartialEq for Field {
     fn eq(&self, other: &Field) -> bool {
         // Interned: the same name is the same pointer.
         std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl std::hash::Hash for Field {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // By the name, as equality is: the same name is the same pointer.
+        self.0.hash(state);
     }
 }
 
@@ -72,13 +79,13 @@ fn intern(name: &str) -> &'static str {
 
 impl fmt::Debug for Field {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.0, f)
     }
 }
 
 impl fmt::Display for Field {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.0)
     }
 }
 
