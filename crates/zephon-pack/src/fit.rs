@@ -69,7 +69,7 @@ impl FitAcc {
                         out.push(self.open.remove(j).into_record(config)?);
                     }
                 }
-                let mut row = OpenRow::growing();
+                let mut row = OpenRow::growing(config);
                 row.push(piece)?;
                 self.open.push(row);
             }

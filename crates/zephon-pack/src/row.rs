@@ -44,20 +44,27 @@ pub(crate) struct OpenRow {
     fragments: Vec<Fragment>,
     tokens: Vec<u32>,
     attachments: Vec<Attachment>,
+    /// T: the token buffer never grows past it (a row never holds more).
+    limit: usize,
 }
 
 impl OpenRow {
     /// An empty row whose token buffer already has room for T tokens (it becomes `input_ids`):
     /// for rows that fill up (wrap's one row, a piece that is a row by itself).
     pub fn new(config: &PackConfig) -> Self {
-        OpenRow { fragments: Vec::new(), tokens: Vec::with_capacity(config.seq_len), attachments: Vec::new() }
+        OpenRow {
+            fragments: Vec::new(),
+            tokens: Vec::with_capacity(config.seq_len),
+            attachments: Vec::new(),
+            limit: config.seq_len,
+        }
     }
 
     /// An empty row whose token buffer grows with what it holds: for the fit algorithms'
     /// open rows, of which a lane may hold many, most of them far from full. Reserving T for
     /// each made 1,024 lanes of 64 open rows hold ~4 KiB per open row however little was in it.
-    pub fn growing() -> Self {
-        OpenRow { fragments: Vec::new(), tokens: Vec::new(), attachments: Vec::new() }
+    pub fn growing(config: &PackConfig) -> Self {
+        OpenRow { fragments: Vec::new(), tokens: Vec::new(), attachments: Vec::new(), limit: config.seq_len }
     }
 
     /// Tokens so far.
@@ -91,6 +98,13 @@ impl OpenRow {
         let offset = self.tokens.len() as i64;
         let segment = Value::Int(self.fragments.len() as i64 + 1);
         self.fragments.push(piece.fragment);
+        let need = self.tokens.len() + piece.tokens.len();
+        if need > self.tokens.capacity() {
+            // Doubling, but never past T: a row begun with 700 tokens would otherwise keep room
+            // for 1,400 in a row of 1,024, for as long as the row lives (open, then emitted).
+            let room = (2 * self.tokens.capacity()).max(need).min(self.limit.max(need));
+            self.tokens.reserve_exact(room - self.tokens.len());
+        }
         self.tokens.extend_from_slice(&piece.tokens);
         for a in piece.attachments {
             let span = a.span().and_then(|s| s.shifted(offset)).ok_or_else(|| {

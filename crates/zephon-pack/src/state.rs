@@ -93,7 +93,7 @@ pub(crate) fn restore(
     let mut pieces = saved.buffered.iter().zip(buffered);
     let mut rows = Vec::with_capacity(counts.len());
     for &count in counts {
-        let mut row = OpenRow::growing();
+        let mut row = OpenRow::growing(config);
         for (lineage, record) in pieces.by_ref().take(count as usize) {
             let wanted =
                 *lineage.as_single().ok_or_else(|| bad(format!("a held piece is one fragment, not {lineage}")))?;

@@ -176,6 +176,12 @@ impl Engine {
             step_cv: Condvar::new(),
             lane_window: total_window.div_ceil(n.max(1)).max(2),
             total_window,
+            // Units shrink when lanes are many (beyond 128): a lane that pauses inside a unit
+            // keeps the rest of it tokenized until the consumer catches up, one unit per lane.
+            // At L = 1024 (one row a lane a step) 16-sample units held ~15 MiB more at the
+            // first batches than 2-sample ones; 8 do not slow L = 256 (`benches/lanes.sh`).
+            // Units only divide work: the data is the same at any size.
+            unit_cap: (128 * opts.unit_samples / n.max(1)).clamp(1, opts.unit_samples),
             consumed: std::sync::atomic::AtomicU64::new(next_step),
         });
         {

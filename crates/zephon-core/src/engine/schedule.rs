@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) step_cv: Condvar,
     pub(crate) lane_window: usize,
     pub(crate) total_window: usize,
+    /// The most samples in one unit: `unit_samples`, fewer with many lanes (see `Engine::launch`).
+    pub(crate) unit_cap: usize,
     /// The consumer's position (the step it waits for next), readable without the scheduler's
     /// lock: drainers pause a lane this far plus the prefetch ahead.
     pub(crate) consumed: std::sync::atomic::AtomicU64,
@@ -324,7 +326,7 @@ impl Sched {
             // first step needs only a row or two a lane, and with as many lanes as rows, whole
             // first units tokenized 4x what the first step used. Units only divide work; the
             // data is the same at any size.
-            let size = shared.opts.unit_samples.min(1 << d.seq.min(20));
+            let size = shared.unit_cap.min(1 << d.seq.min(20));
             let end = (start + size).min(len);
             let n = d.cursor.chunk;
             if end == len {

@@ -91,7 +91,9 @@ pub struct ExecOptions {
     pub threads: usize,
     /// Steps each lane may prepare ahead of the consumer.
     pub prefetch_steps: u64,
-    /// Samples per unit of work.
+    /// Samples per unit of work, at most: beyond 128 lanes a lane's units hold fewer (one
+    /// unit of each lane together about 128 × `unit_samples`), since a lane that pauses
+    /// inside a unit keeps the rest of it in memory.
     pub unit_samples: usize,
     /// Take lane snapshots (for checkpoints) every this many steps.
     pub snapshot_every: u64,
