@@ -287,6 +287,9 @@ pub struct PackSpec {
     pub seq_len: usize,
     /// Open rows per lane for the fit algorithms (default 64).
     pub bins: Option<usize>,
+    /// Open rows of all lanes together, instead of `bins`: each lane gets this divided by
+    /// the lanes (rounded up), so the open rows do not multiply with L.
+    pub bins_total: Option<usize>,
     /// Documents per row at most.
     pub max_segments: Option<usize>,
     /// `split` or `truncate`.
@@ -305,6 +308,20 @@ pub struct PackSpec {
     pub pad_id: Option<u32>,
     /// Label of positions without a next token (default -100).
     pub ignore_index: Option<i32>,
+}
+
+impl PackSpec {
+    /// Open rows per lane for the fit algorithms.
+    fn bins_per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
+        match (self.bins, self.bins_total) {
+            (Some(_), Some(_)) => {
+                Err("[pack] give `bins` (per lane) or `bins_total` (all lanes), not both".into())
+            }
+            (Some(b), None) => Ok(b),
+            (None, Some(t)) => Ok(t.div_ceil(lanes.max(1) as usize)),
+            (None, None) => Ok(64),
+        }
+    }
 }
 
 /// `[shuffle]`.
@@ -430,6 +447,9 @@ impl Spec {
         }
         if let Some(s) = &self.shuffle {
             s.per_lane(self.lanes)?;
+        }
+        if let Some(p) = &self.pack {
+            p.bins_per_lane(self.lanes)?;
         }
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
             return Err("[tokenize] max_tokens must be at least 1".into());
@@ -586,10 +606,11 @@ impl Spec {
             p = p.ensure_mixture(e.slack_tokens.unwrap_or(4096), e.hold.unwrap_or(256));
         }
         if let Some(pk) = &self.pack {
+            let bins = pk.bins_per_lane(self.lanes).map_err(bad)?;
             let algorithm = match pk.algorithm.as_str() {
                 "wrap" => Algorithm::Wrap,
-                "first_fit" => Algorithm::FirstFit { bins: pk.bins.unwrap_or(64) },
-                "best_fit" => Algorithm::BestFit { bins: pk.bins.unwrap_or(64) },
+                "first_fit" => Algorithm::FirstFit { bins },
+                "best_fit" => Algorithm::BestFit { bins },
                 "one_per_row" => Algorithm::FirstFit { bins: 1 },
                 other => {
                     return Err(bad(format!(

@@ -69,6 +69,25 @@ fn a_run_wide_warming_up_shuffle_buffer_is_split_across_lanes() {
     assert!(plan.contains("warming up from 1 open row"), "{plan}");
 }
 
+/// `bins_total` splits one number of open rows across the lanes (rounded up); giving it and
+/// `bins` is refused.
+#[test]
+fn run_wide_open_rows_are_split_across_lanes() {
+    let per_lane = |pack_extra: &str, lanes: u32| {
+        let text = spec_text("jsonl", lanes, 16, "", &format!("{PACK}{pack_extra}"));
+        let spec = parse(&text);
+        spec.pipeline().map(|p| p.explain(&spec.topology(1, 0).unwrap()).unwrap())
+    };
+    let plan = per_lane("bins_total = 100\n", 8).unwrap();
+    assert!(plan.contains("over 13 open rows"), "{plan}");
+    let plan = per_lane("bins_total = 100\n", 16).unwrap();
+    assert!(plan.contains("over 7 open rows"), "{plan}");
+    assert!(per_lane("", 8).unwrap().contains("over 64 open rows"), "the default is 64 a lane");
+    let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}bins = 4\nbins_total = 64\n"));
+    let e = Spec::parse(&text, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("`bins` (per lane) or `bins_total` (all lanes)"), "{e}");
+}
+
 /// The fit packers lay their open rows out into full rows at the end of finite data under
 /// `drop` (where short last rows cost a dropped step), keep them as they are otherwise, and
 /// say which in the plan; an unknown value names the choices.
