@@ -314,9 +314,7 @@ impl PackSpec {
     /// Open rows per lane for the fit algorithms.
     fn bins_per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
         match (self.bins, self.bins_total) {
-            (Some(_), Some(_)) => {
-                Err("[pack] give `bins` (per lane) or `bins_total` (all lanes), not both".into())
-            }
+            (Some(_), Some(_)) => Err("[pack] give `bins` (per lane) or `bins_total` (all lanes), not both".into()),
             (Some(b), None) => Ok(b),
             (None, Some(t)) => Ok(t.div_ceil(lanes.max(1) as usize)),
             (None, None) => Ok(64),
