@@ -317,6 +317,26 @@ mod tests {
     }
 
     #[test]
+    fn a_growing_row_never_keeps_room_for_more_than_t_tokens() {
+        let config = PackConfig { max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 4 }, 1024) };
+        let piece = |row: u64, n: u32| Piece {
+            fragment: frag(row, 0, n),
+            tokens: vec![7u32; n as usize].into(),
+            attachments: Vec::new(),
+        };
+        let mut row = OpenRow::growing(&config);
+        row.push(piece(1, 700)).unwrap();
+        assert_eq!(row.tokens.capacity(), 700, "the first piece takes what it needs");
+        row.push(piece(2, 300)).unwrap();
+        assert!(row.tokens.capacity() <= 1024, "doubling 700 stops at T, not 1,400");
+        let mut small = OpenRow::growing(&config);
+        for r in 0..4 {
+            small.push(piece(r, 10)).unwrap();
+        }
+        assert!(small.tokens.capacity() >= 40 && small.tokens.capacity() < 1024, "small rows still double");
+    }
+
+    #[test]
     fn placeholders_get_no_labels_and_attachments_learn_their_segment() {
         use zephon_core::{Attachment, Span};
         let config = PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) };
