@@ -313,12 +313,24 @@ pub struct PackSpec {
 impl PackSpec {
     /// Open rows per lane for the fit algorithms.
     fn bins_per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
-        match (self.bins, self.bins_total) {
-            (Some(_), Some(_)) => Err("[pack] give `bins` (per lane) or `bins_total` (all lanes), not both".into()),
-            (Some(b), None) => Ok(b),
-            (None, Some(t)) => Ok(t.div_ceil(lanes.max(1) as usize)),
-            (None, None) => Ok(64),
-        }
+        split_across_lanes(("[pack]", "bins"), self.bins, self.bins_total, Some(64), lanes)
+    }
+}
+
+/// A size given per lane (`key`) or for the whole run (`key_total`, divided by the lanes and
+/// rounded up), one of them; `default` when neither is given (an error where there is none).
+fn split_across_lanes(
+    (section, key): (&str, &str),
+    per_lane: Option<usize>,
+    total: Option<usize>,
+    default: Option<usize>,
+    lanes: u32,
+) -> std::result::Result<usize, String> {
+    match (per_lane, total, default) {
+        (Some(n), None, _) => Ok(n),
+        (None, Some(t), _) => Ok(t.div_ceil(lanes.max(1) as usize)),
+        (None, None, Some(d)) => Ok(d),
+        _ => Err(format!("{section} give `{key}` (per lane) or `{key}_total` (all lanes), one of them")),
     }
 }
 
@@ -340,11 +352,7 @@ pub struct ShuffleSpec {
 impl ShuffleSpec {
     /// Records per lane.
     fn per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
-        match (self.buffer, self.buffer_total) {
-            (Some(b), None) => Ok(b),
-            (None, Some(t)) => Ok(t.div_ceil(lanes.max(1) as usize)),
-            _ => Err("[shuffle] give `buffer` (per lane) or `buffer_total` (all lanes), one of them".into()),
-        }
+        split_across_lanes(("[shuffle]", "buffer"), self.buffer, self.buffer_total, None, lanes)
     }
 }
 
