@@ -278,6 +278,9 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
         (Some(k), None) | (None, Some(k)) => k,
         (None, None) => u64::MAX,
     };
+    // And after the last step, so that the report's counts of what was left out (documents
+    // ensure_mixture dropped) are those of the whole run, not of the last checkpoint.
+    exec.snapshot_at = args.steps;
     if (args.checkpoint_every.is_some() || args.checkpoint_at.is_some()) && args.checkpoint_dir.is_none() {
         return Err(CliError::Usage("--checkpoint-every/--checkpoint-at need --checkpoint-dir".into()));
     }

@@ -480,6 +480,36 @@ fn checkpoints_every_k_steps_and_at_a_named_step_both_resume_exactly() {
     }
 }
 
+/// Documents ensure_mixture drops are reported by a run that takes no checkpoint as by one
+/// that does: the lanes snapshot after the last step, whatever the checkpoint flags (they
+/// once went unreported, as zero, unless a checkpoint fell on the last step).
+#[test]
+fn a_run_reports_what_ensure_mixture_dropped_with_or_without_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = spec(d, 4, 8, 256, None);
+    // A hold of 2 documents: the long documents' dataset runs ahead and its pieces overflow.
+    let toml = std::fs::read_to_string(&s).unwrap().replace("slack_tokens = 1024", "slack_tokens = 64\nhold = 2");
+    std::fs::write(&s, toml).unwrap();
+    let dropped = |extra: &[&str]| -> (u64, String) {
+        let report = d.join("report.json");
+        let mut args = vec!["run", "--spec", s.to_str().unwrap(), "--steps", "9", "--report", report.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = zephon(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let docs =
+            r["data"]["datasets"].as_array().unwrap().iter().map(|d| d["dropped_documents"].as_u64().unwrap()).sum();
+        (docs, text(&o))
+    };
+    let (none, said) = dropped(&[]);
+    assert!(none > 0, "the hold of 2 drops documents: {said}");
+    assert!(said.contains("ensure_mixture dropped"), "said on stderr: {said}");
+    let ck = d.join("ck");
+    let (with, _) = dropped(&["--checkpoint-at", "4", "--checkpoint-dir", ck.to_str().unwrap()]);
+    assert_eq!(none, with, "the same run drops the same documents, checkpoint or not");
+}
+
 #[test]
 fn check_tokenizer_compares_the_engine_with_tokenizers_on_the_specs_documents() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,8 +1,8 @@
 //! ensure_mixture: keeps the token shares of the rows a lane's packer makes on target.
 
-use std::collections::VecDeque;
-
 use zephon_core::{Accumulator, AccumulatorState, LaneContext, OpError, Operator, OperatorKind, Record, Value};
+
+use crate::held::Held;
 
 /// A token-deficit scheduler. It sits after tokenization, before packing, and lets a
 /// document through only while its dataset stays within `slack_tokens` of its target share,
@@ -121,7 +121,7 @@ impl Operator for EnsureMixture {
             next_out: vec![0; k],
             this_push: vec![0; k],
             ahead: vec![0.0; k],
-            held: VecDeque::new(),
+            held: Held::new(k),
             dropped_docs: vec![0; k],
             dropped_tokens: vec![0; k],
         }))
@@ -141,7 +141,7 @@ struct Deficit {
     this_push: Vec<u64>,
     /// Per dataset, how far it runs ahead of its share ([`Deficit::measure_ahead`]).
     ahead: Vec<f64>,
-    held: VecDeque<(usize, u64, Record)>,
+    held: Held,
     /// Per dataset: documents and tokens dropped because the hold queue overflowed.
     dropped_docs: Vec<u64>,
     dropped_tokens: Vec<u64>,
@@ -179,8 +179,9 @@ impl Deficit {
     /// hold the short dataset back; more than that must. The held part is centred so that the
     /// datasets' measures sum to zero: one of them is always admissible, so the scheduler
     /// cannot stall with every dataset held.
-    fn admissible(&self, d: usize, n: u64) -> bool {
-        self.ahead[d] + n as f64 * (1.0 - self.cfg.shares[d]) <= self.cfg.slack_tokens as f64
+    /// It grows no easier as `n` grows (the held queue relies on that).
+    fn admissible(ahead: &[f64], cfg: &EnsureMixture, d: usize, n: u64) -> bool {
+        ahead[d] + n as f64 * (1.0 - cfg.shares[d]) <= cfg.slack_tokens as f64
     }
 
     /// Sets `self.ahead`: per dataset, how far it runs ahead of its share (see
@@ -215,10 +216,11 @@ impl Deficit {
     fn release(&mut self, out: &mut Vec<Record>) {
         loop {
             self.measure_ahead();
-            let Some(i) = self.held.iter().position(|(d, n, _)| self.admissible(*d, *n)) else { return };
-            if let Some((d, n, r)) = self.held.remove(i) {
-                self.emit(d, n, r, out);
-            }
+            let (ahead, cfg) = (&self.ahead, &self.cfg);
+            let Some((d, n, r)) = self.held.take_oldest_admissible(|d, n| Self::admissible(ahead, cfg, d, n)) else {
+                return;
+            };
+            self.emit(d, n, r, out);
         }
     }
 }
@@ -229,10 +231,10 @@ impl Accumulator for Deficit {
         let (d, n) = self.measure(&record)?;
         // Queued behind the held ones: what came out of the packer since the last push may
         // have made older documents admissible, and they go first.
-        self.held.push_back((d, n, record));
+        self.held.push(d, n, record);
         self.release(out);
         if self.held.len() > self.cfg.hold
-            && let Some((d, n, _)) = self.held.pop_front()
+            && let Some((d, n, _)) = self.held.take_oldest()
         {
             self.dropped_docs[d] += 1;
             self.dropped_tokens[d] += n;
@@ -242,7 +244,7 @@ impl Accumulator for Deficit {
 
     fn finish(&mut self, out: &mut Vec<Record>) -> Result<(), OpError> {
         self.release(out);
-        while let Some((d, n, r)) = self.held.pop_front() {
+        while let Some((d, n, r)) = self.held.take_oldest() {
             self.emit(d, n, r, out);
         }
         Ok(())
@@ -268,7 +270,10 @@ impl Accumulator for Deficit {
             .flatten()
             .copied()
             .collect();
-        AccumulatorState { values, buffered: self.held.iter().map(|(_, _, r)| r.lineage().clone()).collect() }
+        AccumulatorState {
+            values,
+            buffered: self.held.in_order().into_iter().map(|(_, _, r)| r.lineage().clone()).collect(),
+        }
     }
 
     fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
@@ -287,7 +292,7 @@ impl Accumulator for Deficit {
         self.held.clear();
         for r in buffered {
             let (d, n) = self.measure(&r)?;
-            self.held.push_back((d, n, r));
+            self.held.push(d, n, r);
         }
         Ok(())
     }
@@ -308,6 +313,7 @@ pub fn dropped(state: &AccumulatorState) -> Option<Vec<(u64, u64, u64)>> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::VecDeque;
     use zephon_core::{Fragment, Lineage, SampleId, Span};
 
     fn doc(dataset: u32, row: u64, n: u32) -> Record {
@@ -326,7 +332,7 @@ mod tests {
         ) {
             let op = EnsureMixture::new(&shares, 256, 8).unwrap().standing_stock(stock);
             let mut acc = Deficit { cfg: op.clone(), emitted: vec![0; shares.len()], next_out: vec![0; shares.len()],
-                this_push: vec![0; shares.len()], ahead: vec![0.0; shares.len()], held: VecDeque::new(),
+                this_push: vec![0; shares.len()], ahead: vec![0.0; shares.len()], held: Held::new(shares.len()),
                 dropped_docs: vec![0; shares.len()], dropped_tokens: vec![0; shares.len()] };
             // The next stage: a queue that lets out `out` of its oldest records per event.
             let mut next: VecDeque<Record> = VecDeque::new();
@@ -345,7 +351,7 @@ mod tests {
                 let least = (0..shares.len()).min_by(|&a, &b| acc.ahead[a].total_cmp(&acc.ahead[b])).unwrap();
                 let fits = |n: u64| n as f64 * (1.0 - acc.cfg.shares[least]) <= 256.0;
                 prop_assert!(
-                    !acc.held.iter().any(|(e, n, _)| *e == least && fits(*n)),
+                    !acc.held.in_order().iter().any(|(e, n, _)| *e == least && fits(*n)),
                     "a document of the least-ahead dataset was left held"
                 );
             }

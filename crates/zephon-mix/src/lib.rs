@@ -44,6 +44,7 @@ mod balance;
 mod ensure;
 mod error;
 mod estimate;
+mod held;
 mod interleave;
 mod order;
 mod shuffle;

@@ -168,6 +168,9 @@ impl Loader {
 
     /// What this rank's lanes left out so far, per dataset and why: records skipped as bad
     /// (under the skip policy) and documents `ensure_mixture` dropped to hold the shares.
+    /// The drops are counted as of the lanes' last snapshot (`ExecOptions::snapshot_every`,
+    /// `ExecOptions::snapshot_at`): a run that snapshots rarely should set `snapshot_at` to
+    /// the step it stops at.
     pub fn report(&self) -> DataReport {
         let names = self.assembled.spec.datasets.names();
         let skips = self.engine.skips();

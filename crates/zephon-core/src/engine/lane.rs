@@ -104,6 +104,7 @@ pub(crate) struct LaneRun {
     rows_per_step: usize,
     tail: Tail,
     snapshot_every: u64,
+    snapshot_at: Option<u64>,
     cursor: Cursor,
     rows_emitted: u64,
     skips: Skips,
@@ -162,6 +163,7 @@ pub(crate) struct LaneSetup {
     pub rows_per_step: usize,
     pub tail: Tail,
     pub snapshot_every: u64,
+    pub snapshot_at: Option<u64>,
     /// Per dataset, the most bad records a lane may skip in a row (see `LaneRun`).
     pub bad_limit: Arc<[u64]>,
 }
@@ -179,6 +181,7 @@ impl LaneRun {
             rows_per_step: setup.rows_per_step,
             tail: setup.tail,
             snapshot_every: setup.snapshot_every,
+            snapshot_at: setup.snapshot_at,
             cursor: Cursor::default(),
             rows_emitted: 0,
             skips: Skips::default(),
@@ -573,8 +576,8 @@ impl LaneRun {
     fn snapshot_steps(&mut self, cursor: Cursor, input_progress: u64) {
         let first = self.steps.len() - self.unsnapped;
         self.unsnapped = 0;
-        let every = self.snapshot_every;
-        let wanted = |s: &LaneStep| (s.step.0 + 1).is_multiple_of(every);
+        let (every, at) = (self.snapshot_every, self.snapshot_at);
+        let wanted = |s: &LaneStep| (s.step.0 + 1).is_multiple_of(every) || at == Some(s.step.0 + 1);
         let Some(lowest) = (first..self.steps.len()).find(|&i| wanted(&self.steps[i])) else { return };
         // One core for all of them, pending from the first step after the lowest: the rows
         // pending after step i are those of the steps after it, so each snapshot starts its
@@ -618,6 +621,7 @@ mod tests {
                 rows_per_step: 2,
                 tail: Tail::Drop,
                 snapshot_every: every,
+                snapshot_at: None,
                 bad_limit: vec![1024].into(),
             },
             0,

@@ -480,6 +480,7 @@ fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &Exe
                 rows_per_step: topology.rows_per_lane() as usize,
                 tail: spec.tail,
                 snapshot_every: opts.snapshot_every,
+                snapshot_at: opts.snapshot_at,
                 bad_limit: bad_limit.clone(),
             })
         })

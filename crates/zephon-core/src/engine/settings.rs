@@ -97,6 +97,10 @@ pub struct ExecOptions {
     pub unit_samples: usize,
     /// Take lane snapshots (for checkpoints) every this many steps.
     pub snapshot_every: u64,
+    /// A position (steps delivered) at which lanes snapshot too, whatever `snapshot_every`:
+    /// where a run that knows its length stops, so that what it reports there (documents
+    /// `ensure_mixture` dropped, for one) is as of its last step, not of an earlier snapshot.
+    pub snapshot_at: Option<u64>,
 }
 
 impl Default for ExecOptions {
@@ -106,6 +110,7 @@ impl Default for ExecOptions {
             prefetch_steps: 2,
             unit_samples: 16,
             snapshot_every: 1,
+            snapshot_at: None,
         }
     }
 }
