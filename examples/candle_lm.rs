@@ -281,7 +281,7 @@ impl Setup {
 }
 
 fn exec() -> ExecOptions {
-    ExecOptions { threads: 1, prefetch_steps: 2, unit_samples: 16, snapshot_every: 1, snapshot_at: None }
+    ExecOptions { threads: 1, prefetch_steps: 2, unit_samples: 16, snapshot_every: 1, ..ExecOptions::default() }
 }
 
 /// Where a run's steps come from: one zephon prefetcher per rank, or naive rank streams.

@@ -281,6 +281,8 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     // And after the last step, so that the report's counts of what was left out (documents
     // ensure_mixture dropped) are those of the whole run, not of the last checkpoint.
     exec.snapshot_at = args.steps;
+    // Lane digests only where they are written: without a hash log nothing reads them.
+    exec.digests_by_workers = args.hash_log.is_some();
     if (args.checkpoint_every.is_some() || args.checkpoint_at.is_some()) && args.checkpoint_dir.is_none() {
         return Err(CliError::Usage("--checkpoint-every/--checkpoint-at need --checkpoint-dir".into()));
     }

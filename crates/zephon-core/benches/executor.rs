@@ -76,7 +76,8 @@ fn plain_loop(datasets: &Datasets) -> u64 {
 }
 
 fn engine_run(datasets: &Datasets, lanes: u32, threads: usize) -> u64 {
-    let opts = ExecOptions { threads, prefetch_steps: 2, unit_samples: 16, snapshot_every: 1, snapshot_at: None };
+    let opts =
+        ExecOptions { threads, prefetch_steps: 2, unit_samples: 16, snapshot_every: 1, ..ExecOptions::default() };
     let mut e = Engine::start(spec(datasets), Topology::single(lanes, ROWS_PER_STEP).unwrap(), opts).unwrap();
     let mut steps = 0;
     while let Some(s) = e.next_step().unwrap() {

@@ -34,7 +34,9 @@ pub struct LaneStep {
     pub(crate) lane: Lane,
     pub(crate) step: Step,
     pub(crate) rows: Vec<Record>,
-    pub(crate) digest: Digest,
+    /// Set by the worker that made the step (`ExecOptions::digests_by_workers`), else by the
+    /// first call of [`LaneStep::digest`].
+    pub(crate) digest: std::sync::OnceLock<Digest>,
     /// The lane's state right after this step, if a snapshot was taken for it.
     pub(crate) state: Option<crate::engine::Snapshot>,
 }
@@ -50,9 +52,14 @@ impl LaneStep {
         &self.rows
     }
 
-    /// SHA-256 of the rows' canonical encodings.
+    /// SHA-256 of the rows' canonical encodings: made by the worker that made the step, or
+    /// here on first call when workers do not digest (`ExecOptions::digests_by_workers`).
     pub fn digest(&self) -> Digest {
-        self.digest
+        *self.digest_ref()
+    }
+
+    fn digest_ref(&self) -> &Digest {
+        self.digest.get_or_init(|| lane_digest(&self.rows))
     }
 }
 
@@ -103,12 +110,12 @@ impl LocalStep {
 
     /// `(lane, digest)` for each owned lane.
     pub fn lane_digests(&self) -> impl Iterator<Item = (Lane, Digest)> + '_ {
-        self.lanes.iter().map(|l| (l.lane, l.digest))
+        self.lanes.iter().map(|l| (l.lane, l.digest()))
     }
 
     /// The fingerprint over this rank's lanes only (equals the global fingerprint at W = 1).
     pub fn local_fingerprint(&self) -> Digest {
-        step_fingerprint(self.lanes.iter().map(|l| &l.digest))
+        step_fingerprint(self.lanes.iter().map(LaneStep::digest_ref))
     }
 
     /// The rows stacked into one columnar batch.

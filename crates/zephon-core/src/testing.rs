@@ -159,7 +159,7 @@ fn fingerprints(
     to: u64,
     save: Option<&Path>,
 ) -> Result<Vec<Digest>, String> {
-    let opts = ExecOptions { threads, prefetch_steps: 2, unit_samples: 2, snapshot_every: 1, snapshot_at: None };
+    let opts = ExecOptions { threads, prefetch_steps: 2, unit_samples: 2, snapshot_every: 1, ..ExecOptions::default() };
     let mut engines = Vec::new();
     for r in 0..w {
         let t = Topology::new(lanes, rows, w, r).map_err(|e| e.to_string())?;

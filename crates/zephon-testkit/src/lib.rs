@@ -254,7 +254,7 @@ pub fn spec(datasets: Datasets, operators: Operators, chunk: u64, epochs: u64, t
 }
 
 pub fn opts(threads: usize, unit: usize, prefetch: u64) -> ExecOptions {
-    ExecOptions { threads, prefetch_steps: prefetch, unit_samples: unit, snapshot_every: 1, snapshot_at: None }
+    ExecOptions { threads, prefetch_steps: prefetch, unit_samples: unit, snapshot_every: 1, ..ExecOptions::default() }
 }
 
 /// Global fingerprints of steps `from..to` at world size `w`, running every rank in this

@@ -105,6 +105,7 @@ pub(crate) struct LaneRun {
     tail: Tail,
     snapshot_every: u64,
     snapshot_at: Option<u64>,
+    digests_by_workers: bool,
     cursor: Cursor,
     rows_emitted: u64,
     skips: Skips,
@@ -164,6 +165,7 @@ pub(crate) struct LaneSetup {
     pub tail: Tail,
     pub snapshot_every: u64,
     pub snapshot_at: Option<u64>,
+    pub digests_by_workers: bool,
     /// Per dataset, the most bad records a lane may skip in a row (see `LaneRun`).
     pub bad_limit: Arc<[u64]>,
 }
@@ -182,6 +184,7 @@ impl LaneRun {
             tail: setup.tail,
             snapshot_every: setup.snapshot_every,
             snapshot_at: setup.snapshot_at,
+            digests_by_workers: setup.digests_by_workers,
             cursor: Cursor::default(),
             rows_emitted: 0,
             skips: Skips::default(),
@@ -525,10 +528,13 @@ impl LaneRun {
 
     fn finalize(&mut self) {
         let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.rows_per_step));
-        let timed = self.times.digests_timed.start();
-        let digest = lane_digest(&rows);
-        if let Some((t, weight)) = timed {
-            self.times.digest += weight * super::timing::since(t);
+        let digest = std::sync::OnceLock::new();
+        if self.digests_by_workers {
+            let timed = self.times.digests_timed.start();
+            let _ = digest.set(lane_digest(&rows));
+            if let Some((t, weight)) = timed {
+                self.times.digest += weight * super::timing::since(t);
+            }
         }
         self.steps.push_back(LaneStep { lane: self.lane, step: Step(self.next_step), rows, digest, state: None });
         self.next_step += 1;
@@ -622,6 +628,7 @@ mod tests {
                 tail: Tail::Drop,
                 snapshot_every: every,
                 snapshot_at: None,
+                digests_by_workers: true,
                 bad_limit: vec![1024].into(),
             },
             0,
@@ -744,7 +751,7 @@ mod tests {
         // The rows are the same as without a pause.
         let mut straight = lane();
         straight.accumulate(big_unit(), u64::MAX);
-        let digests = |r: &LaneRun| r.steps.iter().map(|s| s.digest).collect::<Vec<_>>();
+        let digests = |r: &LaneRun| r.steps.iter().map(LaneStep::digest).collect::<Vec<_>>();
         assert_eq!(digests(&run), digests(&straight)[3..]);
     }
 }

@@ -336,7 +336,7 @@ impl Engine {
                 lane: slot.lane,
                 step: Step(s),
                 rows: Vec::new(),
-                digest: lane_digest(&[]),
+                digest: std::sync::OnceLock::from(lane_digest(&[])),
                 state: out.end_state.clone(),
             }));
         }
@@ -481,6 +481,7 @@ fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &Exe
                 tail: spec.tail,
                 snapshot_every: opts.snapshot_every,
                 snapshot_at: opts.snapshot_at,
+                digests_by_workers: opts.digests_by_workers,
                 bad_limit: bad_limit.clone(),
             })
         })

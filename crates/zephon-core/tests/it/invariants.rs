@@ -22,7 +22,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Invariant 1: every global step is the same for any W dividing L, thread count,
-    /// prefetch depth, unit size and microbatch size.
+    /// prefetch depth, unit size and microbatch size (and its digests, whether the workers
+    /// or the consumer make them).
     #[test]
     fn steps_do_not_depend_on_world_size_threads_or_microbatches(
         (lanes, r, w) in topo(),
@@ -31,12 +32,14 @@ proptest! {
         prefetch in 1u64..4,
         shuffle in prop::sample::select(vec![0usize, 5]),
         mb_pick in 0usize..8,
+        digests_by_workers in any::<bool>(),
     ) {
         let g = lanes * r;
         let spec = spec(corpus(300, 40, 1), operators(64, shuffle), 7, 1000, Tail::Drop);
         let reference = run_ranks(&spec, lanes, g, 1, opts(1, 4, 1), 6, None, None);
         prop_assert_eq!(reference.len(), 6);
-        let got = run_ranks(&spec, lanes, g, w, opts(threads, unit, prefetch), 6, None, None);
+        let exec = ExecOptions { digests_by_workers, ..opts(threads, unit, prefetch) };
+        let got = run_ranks(&spec, lanes, g, w, exec, 6, None, None);
         prop_assert_eq!(&got, &reference);
 
         // Microbatches are views: re-stacking them gives the local step's rows and digests.
