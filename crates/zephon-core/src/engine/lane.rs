@@ -528,14 +528,18 @@ impl LaneRun {
 
     fn finalize(&mut self) {
         let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.rows_per_step));
-        let digest = std::sync::OnceLock::new();
-        if self.digests_by_workers {
+        // `OnceLock::from`, not `set`: a set goes through the lock's `Once`, a cost per lane
+        // step that shows with one row a step.
+        let digest = if self.digests_by_workers {
             let timed = self.times.digests_timed.start();
-            let _ = digest.set(lane_digest(&rows));
+            let digest = lane_digest(&rows);
             if let Some((t, weight)) = timed {
                 self.times.digest += weight * super::timing::since(t);
             }
-        }
+            std::sync::OnceLock::from(digest)
+        } else {
+            std::sync::OnceLock::new()
+        };
         self.steps.push_back(LaneStep { lane: self.lane, step: Step(self.next_step), rows, digest, state: None });
         self.next_step += 1;
         self.unsnapped += 1;
