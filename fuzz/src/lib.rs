@@ -1,25 +1,46 @@
-//! What the fuzz targets share: a small real pipeline (byte tokens, best-fit packing, a
-//! shuffle) and a checkpoint of it, so that mutated checkpoint bodies reach decoding and
-//! restore instead of stopping at the checksum.
+//! What the fuzz targets share: a small real pipeline (byte tokens over two datasets,
+//! ensure_mixture, best-fit packing, a shuffle) and a checkpoint of it, so that mutated
+//! checkpoint bodies reach decoding and restore (every accumulator's state, held documents
+//! included) instead of stopping at the checksum.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use zephon_core::*;
+use zephon_mix::EnsureMixture;
 use zephon_pack::{Algorithm, Pack, PackConfig};
-use zephon_testkit::{ByteTokenize, ShuffleBuffer, corpus, opts, spec};
+use zephon_testkit::{ByteTokenize, ShuffleBuffer, opts, spec};
 
 /// Lanes and rows of the fuzzed run.
 pub const LANES: u32 = 4;
 /// Rows per global step.
 pub const ROWS: u32 = 8;
 
-/// The fuzzed run.
+/// Two datasets: short documents (1–3 words) and long ones (10–40 words), in three shards each.
+fn datasets() -> Datasets {
+    const WORDS: [&str; 8] = ["lane", "step", "seed", "rank", "pack", "row", "token", "shard"];
+    let dataset = |name: &str, docs: u64, words: (u64, u64)| {
+        let key = RngKey::new(9, name);
+        let texts: Vec<String> = (0..docs)
+            .map(|d| {
+                let n = words.0 + key.with(d).below_at(0, words.1 - words.0 + 1);
+                (0..n).map(|w| WORDS[key.with(d).below_at(w + 1, 8) as usize]).collect::<Vec<_>>().join(" ")
+            })
+            .collect();
+        let shards = texts.chunks(docs.div_ceil(3) as usize).map(|c| c.to_vec()).collect();
+        Arc::new(MemoryDataset::from_texts(name, "text", shards)) as Arc<dyn Dataset>
+    };
+    Datasets::new(vec![dataset("short", 300, (1, 3)), dataset("long", 60, (10, 40))])
+}
+
+/// The fuzzed run. ensure_mixture's slack is small next to the long documents, so after a
+/// few steps its lanes hold documents (and their lineage is in the checkpoint).
 pub fn run_spec() -> RunSpec {
     let pack = Pack::new(PackConfig { max_segments: 6, ..PackConfig::new(Algorithm::BestFit { bins: 3 }, 48) })
         .expect("valid settings");
-    let ops = Operators::new().then(ByteTokenize).then(pack).then(ShuffleBuffer { size: 3 });
-    spec(corpus(200, 30, 9), ops, 4, 1000, Tail::Drop)
+    let ensure = EnsureMixture::new(&[0.5, 0.5], 24, 6).expect("valid settings").standing_stock(pack.holds_positions());
+    let ops = Operators::new().then(ByteTokenize).then(ensure).then(pack).then(ShuffleBuffer { size: 3 });
+    spec(datasets(), ops, 4, 1000, Tail::Drop)
 }
 
 /// The run's fingerprint.
@@ -49,12 +70,15 @@ pub fn write_checkpoint(dir: &Path) {
     let mut engines: Vec<Engine> = (0..2)
         .map(|r| Engine::start(run_spec(), Topology::new(LANES, ROWS, 2, r).expect("valid"), opts(1, 2, 1)).expect("starts"))
         .collect();
+    let mut held = 0;
     for e in &mut engines {
         for _ in 0..3 {
             e.next_step().expect("runs").expect("repeats");
         }
+        held += e.lane_states().iter().map(|l| l.accumulators[0].buffered.len()).sum::<usize>();
         e.checkpoint(dir).expect("writes");
     }
+    assert!(held > 0, "the seed checkpoints hold ensure_mixture documents, so restore fuzzes their import");
 }
 
 /// The body (after the header) of a checkpoint file, inflated.
