@@ -27,7 +27,6 @@ pub(crate) struct Held {
     /// Per dataset, how many held documents have each size (the smallest is the first key).
     sizes: Vec<BTreeMap<u64, u32>>,
     arrivals: u64,
-    len: usize,
 }
 
 impl Held {
@@ -37,13 +36,12 @@ impl Held {
             queues: (0..datasets).map(|_| VecDeque::new()).collect(),
             sizes: vec![BTreeMap::new(); datasets],
             arrivals: 0,
-            len: 0,
         }
     }
 
     /// Documents held.
     pub fn len(&self) -> usize {
-        self.len
+        self.queues.iter().map(VecDeque::len).sum()
     }
 
     /// Holds `record` of dataset `dataset` (an index below `datasets`), `tokens` long, as the
@@ -52,7 +50,6 @@ impl Held {
         self.queues[dataset].push_back(Doc { arrival: self.arrivals, tokens, record });
         *self.sizes[dataset].entry(tokens).or_default() += 1;
         self.arrivals += 1;
-        self.len += 1;
     }
 
     /// Takes out the oldest document for which `admissible(dataset, tokens)` holds. The
@@ -86,7 +83,7 @@ impl Held {
 
     /// Every held document's dataset, tokens and record, oldest first.
     pub fn in_order(&self) -> Vec<(usize, u64, &Record)> {
-        let mut all: Vec<(u64, usize, u64, &Record)> = Vec::with_capacity(self.len);
+        let mut all: Vec<(u64, usize, u64, &Record)> = Vec::with_capacity(self.len());
         for (d, queue) in self.queues.iter().enumerate() {
             all.extend(queue.iter().map(|doc| (doc.arrival, d, doc.tokens, &doc.record)));
         }
@@ -107,7 +104,6 @@ impl Held {
                 self.sizes[d].remove(&doc.tokens);
             }
         }
-        self.len -= 1;
         Some((d, doc.tokens, doc.record))
     }
 }
