@@ -8,7 +8,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -112,6 +113,8 @@ pub struct ParquetDataset {
     /// The images column, when images are read.
     images: Option<(String, ImageHandles)>,
     cache: Mutex<RowGroupCache>,
+    /// Row groups decoded so far (each decode of one, cache misses included).
+    decodes: AtomicU64,
 }
 
 type Decoded = Arc<Vec<RecordBatch>>;
@@ -121,6 +124,32 @@ struct RowGroupCache {
     used: usize,
     map: HashMap<(u32, usize), (Decoded, usize)>,
     order: VecDeque<(u32, usize)>,
+    /// Row groups one thread is decoding now; the others that need one wait for it.
+    decoding: HashMap<(u32, usize), Arc<Decoding>>,
+}
+
+/// A row group being decoded: its result once there.
+#[derive(Default)]
+struct Decoding {
+    result: Mutex<Option<Result<Decoded, String>>>,
+    done: Condvar,
+}
+
+impl Decoding {
+    fn wait(&self) -> Result<Decoded, String> {
+        let mut result = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(r) = &*result {
+                return r.clone();
+            }
+            result = self.done.wait(result).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn finish(&self, result: Result<Decoded, String>) {
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        self.done.notify_all();
+    }
 }
 
 impl RowGroupCache {
@@ -172,19 +201,57 @@ impl ParquetDataset {
                 used: 0,
                 map: HashMap::new(),
                 order: VecDeque::new(),
+                decoding: HashMap::new(),
             }),
+            decodes: AtomicU64::new(0),
         })
     }
 
+    /// How many times a row group was decoded so far. Each is decoded once while it stays in
+    /// the cache (`parquet_cache_bytes`), however many threads need it at once; a count far
+    /// above the row groups read means the cache is too small for the read order.
+    pub fn row_group_decodes(&self) -> u64 {
+        self.decodes.load(Ordering::Relaxed)
+    }
+
     /// The requested columns of row group `rg` of shard `s`, decoded (from the cache if there).
+    /// Threads that need a row group another one is decoding wait for its result rather than
+    /// decode it too: at the start of a run every lane wants the same few row groups, and each
+    /// duplicate decode costs the whole group's time and memory again.
     fn row_group(&self, s: u32, rg: usize) -> Result<Decoded, OpError> {
-        if let Some(hit) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get((s, rg)) {
-            return Ok(hit);
-        }
+        let key = (s, rg);
         let shard = &self.shards[s as usize];
         let fail = |e: String| OpError::Fatal(format!("{}: row group {rg}: {e}", shard.path.display()));
+        let decoding = {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(hit) = cache.get(key) {
+                return Ok(hit);
+            }
+            if let Some(other) = cache.decoding.get(&key).cloned() {
+                drop(cache);
+                return other.wait().map_err(fail);
+            }
+            let mine = Arc::new(Decoding::default());
+            cache.decoding.insert(key, mine.clone());
+            mine
+        };
+        let result = self.decode(shard, rg).map(Arc::new);
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            cache.decoding.remove(&key);
+            if let Ok(decoded) = &result {
+                cache.put(key, decoded.clone());
+            }
+        }
+        decoding.finish(result.clone());
+        result.map_err(fail)
+    }
+
+    /// Decodes the requested columns of row group `rg` of `shard`.
+    fn decode(&self, shard: &Shard, rg: usize) -> Result<Vec<RecordBatch>, String> {
+        self.decodes.fetch_add(1, Ordering::Relaxed);
         let rows = (shard.rg_starts[rg + 1] - shard.rg_starts[rg]) as usize;
-        let batches = guarded(|| {
+        guarded(|| {
             let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(shard.file.clone(), shard.meta.clone())
                 .with_projection(shard.mask.clone())
                 .with_row_groups(vec![rg])
@@ -194,10 +261,6 @@ impl ParquetDataset {
                 .map_err(|e| e.to_string())?;
             reader.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| e.to_string())
         })
-        .map_err(fail)?;
-        let decoded = Arc::new(batches);
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).put((s, rg), decoded.clone());
-        Ok(decoded)
     }
 
     fn read_row(&self, id: SampleId) -> Result<Record, OpError> {

@@ -367,10 +367,17 @@ impl ByteLevelBpe {
     }
 
     fn encode_piece(&self, piece: &[u8], cache: &mut PieceCache, out: &mut Vec<u32>) {
+        let hot = (2..=piece_cache::HOT_PIECE).contains(&piece.len());
+        if hot && cache.get_hot(piece, out) {
+            return;
+        }
         if let Some(v) = &self.vocab_bytes
             && let Some(id) = v.get(piece)
         {
             out.push(*id);
+            if hot {
+                cache.put_hot(piece, *id);
+            }
             return;
         }
         if piece.len() == 1 {

@@ -4,7 +4,7 @@
 use std::fs;
 use std::io::Write;
 
-use zephon_core::{Datasets, Value};
+use zephon_core::{Dataset, Datasets, Value};
 use zephon_io::{DatasetOptions, Error, Format, open, open_shards};
 
 use crate::data::*;
@@ -45,6 +45,40 @@ fn random_order_reads_equal_sequential_reads() {
             assert_eq!(got, seq[j], "{format} row {j}");
         }
     }
+}
+
+#[test]
+fn a_parquet_row_group_that_many_threads_need_at_once_is_decoded_once() {
+    // Corpus B's shards have a row group of 1,000 long documents (about 7 to 17 MB of text):
+    // decoding one takes long enough for every thread to ask for it meanwhile.
+    let dir = corpus_dir("b", "parquet");
+    let shard = [dir.join("part-00001.parquet")];
+    let options = with_fields(&["id"]);
+    let ds = zephon_io::ParquetDataset::open("b", &shard, &options).unwrap();
+    let threads = 8;
+    let start = std::sync::Barrier::new(threads);
+    let rows: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads as u64)
+            .map(|t| {
+                let (ds, start) = (&ds, &start);
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    start.wait();
+                    ds.read(&[zephon_core::SampleId::new(0, 0, t * 100)], &mut out);
+                    out.remove(0).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(ds.row_group_decodes(), 1, "one decode, whatever the threads");
+    let alone = zephon_io::ParquetDataset::open("b", &shard, &options).unwrap();
+    for (t, row) in rows.iter().enumerate() {
+        let mut out = Vec::new();
+        alone.read(&[zephon_core::SampleId::new(0, 0, t as u64 * 100)], &mut out);
+        assert_eq!(row, &out.remove(0).unwrap(), "thread {t}: the row it was waiting for");
+    }
+    assert_eq!(alone.row_group_decodes(), 1, "later reads come from the cache");
 }
 
 /// Shards held in memory read exactly as shards read row by row, whether all, some (the
