@@ -29,7 +29,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use serde_json::Value as Json;
 
@@ -38,34 +37,10 @@ use crate::merge_table::MergeTable;
 use crate::piece_cache::{self, PieceCache};
 use crate::pretok::Gpt2;
 use crate::split::RegexSplit;
+use crate::vocab_table::VocabTable;
 
 /// Pieces longer than this are merged with a priority queue instead of repeated scans.
 const SCAN_LIMIT: usize = 64;
-
-/// A multiplicative hasher for integer keys and short byte strings.
-#[derive(Default)]
-struct Mix(u64);
-
-impl Hasher for Mix {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, x: usize) {
-        self.write_u64(x as u64);
-    }
-}
-
-type Fast<K, V> = HashMap<K, V, BuildHasherDefault<Mix>>;
 
 /// How text is cut into pieces before the merges.
 enum Splitter {
@@ -185,7 +160,7 @@ pub(crate) struct ByteLevelBpe {
     /// (left id, right id) → (rank, merged id).
     merges: MergeTable,
     /// Whole pieces looked up before merging (`ignore_merges`).
-    vocab_bytes: Option<Fast<Vec<u8>, u32>>,
+    vocab_bytes: Option<VocabTable>,
     /// Added tokens.
     added: AddedTokens,
     /// Whether text is NFC-normalized (after the non-normalized added tokens are found).
@@ -287,7 +262,7 @@ pub(crate) fn build(json: &Json, added: &[Added]) -> Result<ByteLevelBpe, String
         token.chars().map(|c| chars.iter().position(|&x| x == c).map(|b| b as u8)).collect()
     };
     let vocab_bytes = if model["ignore_merges"] == Json::Bool(true) {
-        Some(vocab.iter().filter_map(|(t, id)| decode(t).map(|b| (b, *id))).collect())
+        Some(VocabTable::new(vocab.iter().filter_map(|(t, id)| decode(t).map(|b| (b, *id)))))
     } else {
         None
     };
@@ -374,9 +349,9 @@ impl ByteLevelBpe {
         if let Some(v) = &self.vocab_bytes
             && let Some(id) = v.get(piece)
         {
-            out.push(*id);
+            out.push(id);
             if hot {
-                cache.put_hot(piece, *id);
+                cache.put_hot(piece, id);
             }
             return;
         }

@@ -42,6 +42,7 @@ mod split;
 mod test_texts;
 mod tokenize;
 mod tokenizer;
+mod vocab_table;
 
 pub use tokenize::{ImagePlaceholders, LongDocuments, Tokenize};
 pub use tokenizer::{CheckReport, Error, Mismatch, Tokenizer};

@@ -74,7 +74,8 @@ fn hot_word(piece: &[u8]) -> u64 {
     words(piece)[0]
 }
 
-fn words(piece: &[u8]) -> [u64; 4] {
+/// The bytes of `piece` (up to 32), little-endian in words, zero past its end.
+pub(crate) fn words(piece: &[u8]) -> [u64; 4] {
     let mut words = [0u64; 4];
     for (w, chunk) in words.iter_mut().zip(piece.chunks(8)) {
         let mut b = [0u8; 8];

@@ -44,26 +44,28 @@ impl RegexSplit {
 
     /// The matches of the original pattern in `text`, in order, as (start, end).
     pub(crate) fn find_iter<'a>(&'a self, text: &'a str) -> Matches<'a> {
-        Matches { split: self, text, at: 0 }
+        Matches { split: self, text, base: 0, inner: self.full.find_iter(text) }
     }
 }
 
 /// The matches of a [`RegexSplit`].
+///
+/// One search of `full` runs over the text from `base` on, so that the regex takes its
+/// per-thread state once, not once per piece. Slicing the text there changes no match: the
+/// patterns of the family look at nothing outside their match.
 pub(crate) struct Matches<'a> {
     split: &'a RegexSplit,
     text: &'a str,
-    at: usize,
+    base: usize,
+    inner: regex::Matches<'a, 'a>,
 }
 
 impl Iterator for Matches<'_> {
     type Item = (usize, usize);
 
     fn next(&mut self) -> Option<(usize, usize)> {
-        if self.at > self.text.len() {
-            return None;
-        }
-        let m = self.split.full.find_at(self.text, self.at)?;
-        let (start, mut end) = (m.start(), m.end());
+        let m = self.inner.next()?;
+        let (start, mut end) = (self.base + m.start(), self.base + m.end());
         let run = &self.text[start..end];
         // A match of the `\s+` branch starts with whitespace (by the tables the regex uses)
         // and no earlier alternative matches there. A match is only ever shortened when it
@@ -73,10 +75,11 @@ impl Iterator for Matches<'_> {
             let last = run.char_indices().next_back().map_or(0, |(i, _)| i);
             if last > 0 && !self.split.head.is_match(run) {
                 end = start + last;
+                // The character given back starts the next match: search again from there.
+                self.base = end;
+                self.inner = self.split.full.find_iter(&self.text[end..]);
             }
         }
-        // Patterns of the family cannot match empty; if one did, step past it.
-        self.at = if end == start { end + self.text[end..].chars().next().map_or(1, char::len_utf8) } else { end };
         Some((start, end))
     }
 }
