@@ -139,8 +139,8 @@ fn splitter(pre: &Json) -> Result<Splitter, String> {
             Some(family) => Matcher::Family(family),
             None => {
                 // A pattern `regex` cannot compile needs backtracking.
-                let regex = regex::Regex::new(pattern)
-                    .map_err(|_| format!("pre-tokenizer Split regex {pattern:?} needs backtracking"))?;
+                let regex = crate::split::lazy_dfa(pattern)
+                    .ok_or_else(|| format!("pre-tokenizer Split regex {pattern:?} needs backtracking"))?;
                 Matcher::Plain(regex)
             }
         };

@@ -36,16 +36,20 @@ impl RegexSplit {
         if !regex_syntax::parse(head).ok()?.properties().look_set().is_empty() {
             return None;
         }
-        Some(RegexSplit {
-            full: Regex::new(&format!(r"(?:{head})|\s+")).ok()?,
-            head: Regex::new(&format!("^(?:{head})")).ok()?,
-        })
+        Some(RegexSplit { full: lazy_dfa(&format!(r"(?:{head})|\s+"))?, head: lazy_dfa(&format!("^(?:{head})"))? })
     }
 
     /// The matches of the original pattern in `text`, in order, as (start, end).
     pub(crate) fn find_iter<'a>(&'a self, text: &'a str) -> Matches<'a> {
         Matches { split: self, text, base: 0, inner: self.full.find_iter(text) }
     }
+}
+
+/// A regex whose lazy DFA may keep up to 32 MiB of states on each thread. The default
+/// (2 MiB) is too small for the Unicode classes of these patterns (GPT-4o's splits letters by
+/// case): the DFA filled, was cleared and built its states again every few texts.
+pub(crate) fn lazy_dfa(pattern: &str) -> Option<Regex> {
+    regex::RegexBuilder::new(pattern).dfa_size_limit(32 << 20).build().ok()
 }
 
 /// The matches of a [`RegexSplit`].
