@@ -12,18 +12,39 @@
 //! backtracking engine does: `\s+(?!\S)` retreats one character when the run is followed by
 //! a non-space, and when nothing is left `\s+` takes the single character.
 
+use std::sync::Mutex;
+
 use regex::Regex;
+use regex_automata::meta::{self, Cache};
+use regex_automata::{Anchored, Input};
 
 /// The tail every supported pattern ends with.
 const TAIL: &str = r"|\s+(?!\S)|\s+";
 
+/// A lazy DFA's states a thread may keep. The default (2 MiB) is too small for the Unicode
+/// classes of these patterns (GPT-4o's splits letters by case): the DFA filled, was cleared
+/// and built its states again every few texts.
+const DFA_CACHE: usize = 32 << 20;
+
 /// A split regex of the family, ready to run without backtracking.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct RegexSplit {
     /// `(?:A)|\s+`.
-    full: Regex,
+    full: meta::Regex,
     /// `^(?:A)`: whether an earlier alternative matches at a position.
-    head: Regex,
+    head: meta::Regex,
+    /// Search state of `full` and `head`, taken by one text's matches at a time and given
+    /// back after: one lock per text, not per piece.
+    caches: Mutex<Vec<(Cache, Cache)>>,
+}
+
+fn lazy_dfa_meta(pattern: &str) -> Option<meta::Regex> {
+    meta::Regex::builder().configure(meta::Config::new().hybrid_cache_capacity(DFA_CACHE)).build(pattern).ok()
+}
+
+/// A `regex` regex with the same room for its lazy DFA as the family's.
+pub(crate) fn lazy_dfa(pattern: &str) -> Option<Regex> {
+    regex::RegexBuilder::new(pattern).dfa_size_limit(DFA_CACHE).build().ok()
 }
 
 impl RegexSplit {
@@ -36,40 +57,54 @@ impl RegexSplit {
         if !regex_syntax::parse(head).ok()?.properties().look_set().is_empty() {
             return None;
         }
-        Some(RegexSplit { full: lazy_dfa(&format!(r"(?:{head})|\s+"))?, head: lazy_dfa(&format!("^(?:{head})"))? })
+        Some(RegexSplit {
+            full: lazy_dfa_meta(&format!(r"(?:{head})|\s+"))?,
+            head: lazy_dfa_meta(&format!("^(?:{head})"))?,
+            caches: Mutex::new(Vec::new()),
+        })
     }
 
     /// The matches of the original pattern in `text`, in order, as (start, end).
     pub(crate) fn find_iter<'a>(&'a self, text: &'a str) -> Matches<'a> {
-        Matches { split: self, text, base: 0, inner: self.full.find_iter(text) }
+        let caches = self.caches.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let caches = caches.unwrap_or_else(|| (self.full.create_cache(), self.head.create_cache()));
+        Matches { split: self, text, at: 0, caches: Some(caches) }
     }
 }
 
-/// A regex whose lazy DFA may keep up to 32 MiB of states on each thread. The default
-/// (2 MiB) is too small for the Unicode classes of these patterns (GPT-4o's splits letters by
-/// case): the DFA filled, was cleared and built its states again every few texts.
-pub(crate) fn lazy_dfa(pattern: &str) -> Option<Regex> {
-    regex::RegexBuilder::new(pattern).dfa_size_limit(32 << 20).build().ok()
-}
-
 /// The matches of a [`RegexSplit`].
-///
-/// One search of `full` runs over the text from `base` on, so that the regex takes its
-/// per-thread state once, not once per piece. Slicing the text there changes no match: the
-/// patterns of the family look at nothing outside their match.
 pub(crate) struct Matches<'a> {
     split: &'a RegexSplit,
     text: &'a str,
-    base: usize,
-    inner: regex::Matches<'a, 'a>,
+    at: usize,
+    /// Given back to the split when the matches are dropped.
+    caches: Option<(Cache, Cache)>,
+}
+
+impl Drop for Matches<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.caches.take() {
+            self.split.caches.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        }
+    }
 }
 
 impl Iterator for Matches<'_> {
     type Item = (usize, usize);
 
     fn next(&mut self) -> Option<(usize, usize)> {
-        let m = self.inner.next()?;
-        let (start, mut end) = (self.base + m.start(), self.base + m.end());
+        if self.at >= self.text.len() {
+            return None;
+        }
+        let (full, head) = self.caches.as_mut()?;
+        // The family's alternatives cover every character, so a match almost always starts
+        // where the last one ended: searched anchored there, the regex finds the match's end
+        // and needs no reverse pass for its start. Where none starts there, the leftmost
+        // match after (same priorities either way).
+        let input = Input::new(self.text).range(self.at..);
+        let m = (self.split.full.search_with(full, &input.clone().anchored(Anchored::Yes)))
+            .or_else(|| self.split.full.search_with(full, &input))?;
+        let (start, mut end) = (m.start(), m.end());
         let run = &self.text[start..end];
         // A match of the `\s+` branch starts with whitespace (by the tables the regex uses)
         // and no earlier alternative matches there. A match is only ever shortened when it
@@ -77,13 +112,12 @@ impl Iterator for Matches<'_> {
         if end < self.text.len() && run.chars().next().is_some_and(crate::pretok::is_space) {
             // The last character, if the run has more than one.
             let last = run.char_indices().next_back().map_or(0, |(i, _)| i);
-            if last > 0 && !self.split.head.is_match(run) {
+            if last > 0 && self.split.head.search_with(head, &Input::new(run).earliest(true)).is_none() {
                 end = start + last;
-                // The character given back starts the next match: search again from there.
-                self.base = end;
-                self.inner = self.split.full.find_iter(&self.text[end..]);
             }
         }
+        // Patterns of the family cannot match empty; if one did, step past it.
+        self.at = if end == start { end + self.text[end..].chars().next().map_or(1, char::len_utf8) } else { end };
         Some((start, end))
     }
 }
