@@ -78,7 +78,9 @@ impl DataReport {
             if d.dropped_documents > 0 {
                 out.push(format!(
                     "dataset {}: ensure_mixture dropped {} documents or pieces of documents split by tokenize \
-                     ({} tokens) to hold the token shares; a split document then misses a piece",
+                     ({} tokens) to hold the token shares; a split document then misses a piece. A larger \
+                     [ensure_mixture] hold (or hold_total) holds more of them instead of dropping them, for \
+                     memory and checkpoint size",
                     d.name, d.dropped_documents, d.dropped_tokens
                 ));
             }

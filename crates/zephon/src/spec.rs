@@ -31,6 +31,7 @@
 //!
 //! [ensure_mixture]
 //! slack_tokens = 4096
+//! # hold = 256                  # documents held per lane before the oldest is dropped (or hold_total)
 //!
 //! [pack]
 //! algorithm = "best_fit"        # wrap | first_fit | best_fit
@@ -274,6 +275,16 @@ pub struct EnsureSpec {
     pub slack_tokens: Option<u64>,
     /// Documents held per lane before the oldest is dropped (default 256).
     pub hold: Option<usize>,
+    /// Documents held by all lanes together, instead of `hold`: each lane holds this divided
+    /// by the lanes (rounded up), so the held documents do not multiply with L.
+    pub hold_total: Option<usize>,
+}
+
+impl EnsureSpec {
+    /// Documents held per lane.
+    fn hold_per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
+        split_across_lanes(("[ensure_mixture]", "hold"), self.hold, self.hold_total, Some(256), lanes)
+    }
 }
 
 /// `[pack]`.
@@ -457,6 +468,9 @@ impl Spec {
         if let Some(p) = &self.pack {
             p.bins_per_lane(self.lanes)?;
         }
+        if let Some(e) = &self.ensure_mixture {
+            e.hold_per_lane(self.lanes)?;
+        }
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
             return Err("[tokenize] max_tokens must be at least 1".into());
         }
@@ -609,7 +623,7 @@ impl Spec {
             }
         }
         if let Some(e) = &self.ensure_mixture {
-            p = p.ensure_mixture(e.slack_tokens.unwrap_or(4096), e.hold.unwrap_or(256));
+            p = p.ensure_mixture(e.slack_tokens.unwrap_or(4096), e.hold_per_lane(self.lanes).map_err(bad)?);
         }
         if let Some(pk) = &self.pack {
             let bins = pk.bins_per_lane(self.lanes).map_err(bad)?;

@@ -88,6 +88,24 @@ fn run_wide_open_rows_are_split_across_lanes() {
     assert!(e.contains("`bins` (per lane) or `bins_total` (all lanes)"), "{e}");
 }
 
+/// `hold_total` splits one number of held documents across the lanes (rounded up); giving it
+/// and `hold` is refused.
+#[test]
+fn run_wide_held_documents_are_split_across_lanes() {
+    let plan_with = |ensure: &str, lanes: u32| {
+        let text = spec_text("jsonl", lanes, 16, "", &format!("{PACK}\n[ensure_mixture]\n{ensure}"));
+        let spec = Spec::parse(&text, "s.toml", "/".as_ref()).map_err(|e| e.to_string())?;
+        Ok::<_, String>(spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap())
+    };
+    let plan = plan_with("hold_total = 1000\n", 8).unwrap();
+    assert!(plan.contains("holds up to 125 documents per lane"), "{plan}");
+    let plan = plan_with("hold_total = 1000\n", 16).unwrap();
+    assert!(plan.contains("holds up to 63 documents per lane"), "{plan}");
+    assert!(plan_with("", 8).unwrap().contains("holds up to 256 documents per lane"), "the default is 256 a lane");
+    let e = plan_with("hold = 4\nhold_total = 64\n", 8).unwrap_err();
+    assert!(e.contains("`hold` (per lane) or `hold_total` (all lanes)") && e.contains("s.toml"), "{e}");
+}
+
 /// The fit packers lay their open rows out into full rows at the end of finite data under
 /// `drop` (where short last rows cost a dropped step), keep them as they are otherwise, and
 /// say which in the plan; an unknown value names the choices.
