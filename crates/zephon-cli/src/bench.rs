@@ -1,5 +1,9 @@
 //! `zephon bench`: throughput, time to first batch fresh and after a restore, checkpoint size
 //! and peak memory, each phase in a fresh process (as a user would see it).
+//!
+//! With `--rounds N`, N fresh runs alternate with N measurements of the bare tokenizers and
+//! the rates are medians; the first round's run (the one that checkpoints) gives the time per
+//! stage, fill, shares, time to first batch and checkpoint size.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,6 +17,8 @@ pub struct BenchArgs {
     pub checkpoint_at: u64,
     pub json_out: Option<PathBuf>,
     pub threads: Option<usize>,
+    /// Fresh runs and raw measurements, alternated; the report gives their medians.
+    pub rounds: u32,
 }
 
 #[derive(serde::Serialize)]
@@ -33,6 +39,9 @@ struct BenchReport {
     efficiency_vs_engine: f64,
     tokens_per_s: f64,
     tokens_per_s_overall: f64,
+    /// Each round's fresh run and raw measurement (`--rounds`): the rates and efficiencies
+    /// above are medians over these (the efficiencies are ratios of the medians).
+    rounds: Vec<RoundReport>,
     /// Non-pad tokens / token positions of the delivered rows (1.0 = rows without padding).
     fill: f64,
     /// Tokens per dataset in the fresh run, their shares, the targets and how far each ran
@@ -48,6 +57,25 @@ struct BenchReport {
     steps: u64,
     tokens: u64,
     checkpoint_at: u64,
+}
+
+/// One round: a fresh run, then the bare tokenizers.
+#[derive(serde::Serialize)]
+struct RoundReport {
+    tokens_per_s: f64,
+    raw_tokenizers_crate_tokens_per_s: f64,
+    raw_engine_tokens_per_s: f64,
+    efficiency_vs_engine: f64,
+}
+
+/// The median (the mean of the middle two for an even count; 0 for none).
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -153,10 +181,13 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     if args.checkpoint_at == 0 || args.checkpoint_at >= args.steps {
         return Err(CliError::Usage("--checkpoint-at must be between 1 and --steps - 1".into()));
     }
+    if args.rounds == 0 {
+        return Err(CliError::Usage("--rounds must be at least 1".into()));
+    }
     let work = std::env::temp_dir().join(format!("zephon-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| CliError::Io(work.clone(), e))?;
     let spec = args.spec.display().to_string();
-    let threads: Vec<String> = args.threads.map(|t| vec!["--threads".into(), t.to_string()]).unwrap_or_default();
+    let thread_args: Vec<String> = args.threads.map(|t| vec!["--threads".into(), t.to_string()]).unwrap_or_default();
     let s = |x: &str| x.to_string();
     let ck = work.join("ckpt");
     let mut fresh = vec![s("run"), s("--spec"), spec.clone(), s("--steps"), args.steps.to_string(), s("--quiet")];
@@ -167,36 +198,75 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
         ck.display().to_string(),
     ]);
     fresh.extend([s("--report"), work.join("fresh.json").display().to_string()]);
-    fresh.extend(threads.clone());
+    fresh.extend(thread_args.clone());
     eprintln!("bench: fresh run of {} steps (checkpoint at {})", args.steps, args.checkpoint_at);
     let a = child(&fresh)?;
     let mut resume =
-        vec![s("run"), s("--spec"), spec, s("--steps"), (args.checkpoint_at + 1).to_string(), s("--quiet")];
+        vec![s("run"), s("--spec"), spec.clone(), s("--steps"), (args.checkpoint_at + 1).to_string(), s("--quiet")];
     resume.extend([
         s("--resume-from"),
         ck.display().to_string(),
         s("--report"),
         work.join("resume.json").display().to_string(),
     ]);
-    resume.extend(threads);
+    resume.extend(thread_args.clone());
     eprintln!("bench: restore from step {} in a fresh process", args.checkpoint_at);
     let b = child(&resume)?;
     let spec_parsed = zephon::Spec::from_file(&args.spec)?;
     crate::run::warn(&spec_parsed);
     let threads = args.threads.unwrap_or_else(|| spec_parsed.exec().threads);
-    eprintln!("bench: the bare tokenizers on one thread");
-    let raw = raw_tokenizer_rates(&spec_parsed, 4 << 20)?;
-    let reference = mixed_rate(&raw, &a.shares, |r| r.tokenizers_crate_tokens_per_s);
-    let engine = mixed_rate(&raw, &a.shares, |r| r.engine_tokens_per_s);
+    let n_threads = threads as f64;
+    // Rounds alternate a fresh run with the bare tokenizers, so that both see the same spells
+    // of a noisy machine.
+    let mut runs = vec![];
+    let mut raws = vec![];
+    for round in 1..=args.rounds {
+        if round > 1 {
+            eprintln!("bench: round {round} of {}: fresh run of {} steps", args.rounds, args.steps);
+            let report = work.join(format!("fresh-{round}.json")).display().to_string();
+            let mut again =
+                vec![s("run"), s("--spec"), spec.clone(), s("--steps"), args.steps.to_string(), s("--quiet")];
+            again.extend([s("--report"), report]);
+            again.extend(thread_args.clone());
+            runs.push(child(&again)?);
+        }
+        eprintln!("bench: the bare tokenizers on one thread (round {round} of {})", args.rounds);
+        raws.push(raw_tokenizer_rates(&spec_parsed, 4 << 20)?);
+    }
+    let rounds: Vec<RoundReport> = std::iter::once(&a)
+        .chain(&runs)
+        .zip(&raws)
+        .map(|(run, raw)| {
+            let engine = mixed_rate(raw, &run.shares, |r| r.engine_tokens_per_s);
+            RoundReport {
+                tokens_per_s: run.tokens_per_s,
+                raw_tokenizers_crate_tokens_per_s: mixed_rate(raw, &run.shares, |r| r.tokenizers_crate_tokens_per_s),
+                raw_engine_tokens_per_s: engine,
+                efficiency_vs_engine: run.tokens_per_s / (n_threads * engine),
+            }
+        })
+        .collect();
+    let tokens_per_s = median(rounds.iter().map(|r| r.tokens_per_s).collect());
+    let reference = median(rounds.iter().map(|r| r.raw_tokenizers_crate_tokens_per_s).collect());
+    let engine = median(rounds.iter().map(|r| r.raw_engine_tokens_per_s).collect());
+    let raw_by_dataset = (raws[0].iter().enumerate())
+        .map(|(d, first)| RawRates {
+            dataset: first.dataset.clone(),
+            tokenizers_crate_tokens_per_s: median(raws.iter().map(|r| r[d].tokenizers_crate_tokens_per_s).collect()),
+            engine_tokens_per_s: median(raws.iter().map(|r| r[d].engine_tokens_per_s).collect()),
+        })
+        .collect();
+    let peak_rss_bytes = runs.iter().map(|r| r.peak_rss_bytes).fold(a.peak_rss_bytes.max(b.peak_rss_bytes), u64::max);
     let out = BenchReport {
         raw_tokenizers_crate_tokens_per_s: reference,
         raw_engine_tokens_per_s: engine,
-        raw_by_dataset: raw,
+        raw_by_dataset,
         threads,
-        efficiency_vs_tokenizers_crate: a.tokens_per_s / (threads as f64 * reference),
-        efficiency_vs_engine: a.tokens_per_s / (threads as f64 * engine),
-        tokens_per_s: a.tokens_per_s,
-        tokens_per_s_overall: a.tokens_per_s_overall,
+        efficiency_vs_tokenizers_crate: tokens_per_s / (n_threads * reference),
+        efficiency_vs_engine: tokens_per_s / (n_threads * engine),
+        tokens_per_s,
+        tokens_per_s_overall: median(std::iter::once(&a).chain(&runs).map(|r| r.tokens_per_s_overall).collect()),
+        rounds,
         fill: a.fill,
         shares: a.shares.iter().map(|d| crate::run::ShareReport { ahead_by_step: Vec::new(), ..d.clone() }).collect(),
         time_by_stage: a
@@ -212,7 +282,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
         ttfb_s: a.ttfb_s,
         resume_ttfb_s: b.ttfb_s,
         checkpoint_bytes: a.checkpoint_bytes,
-        peak_rss_bytes: a.peak_rss_bytes.max(b.peak_rss_bytes),
+        peak_rss_bytes,
         steps: a.steps,
         tokens: a.tokens,
         checkpoint_at: args.checkpoint_at,
@@ -224,4 +294,17 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     }
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![3.0]), 3.0);
+        assert_eq!(median(vec![5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
 }

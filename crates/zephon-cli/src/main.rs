@@ -128,6 +128,10 @@ enum Command {
         json_out: Option<PathBuf>,
         #[arg(long)]
         threads: Option<usize>,
+        /// Fresh runs and raw tokenizer measurements, taken in turn; rates and efficiencies
+        /// are their medians (on a noisy machine one of each moves by tens of percent).
+        #[arg(long, default_value_t = 1)]
+        rounds: u32,
     },
 }
 
@@ -205,8 +209,8 @@ fn main() -> ExitCode {
         Command::Inspect { spec, step, resume_from, threads } => {
             inspect::inspect(&inspect::InspectArgs { spec, step, resume_from, threads })
         }
-        Command::Bench { spec, steps, checkpoint_at, json_out, threads } => {
-            bench::bench(&bench::BenchArgs { spec, steps, checkpoint_at, json_out, threads })
+        Command::Bench { spec, steps, checkpoint_at, json_out, threads, rounds } => {
+            bench::bench(&bench::BenchArgs { spec, steps, checkpoint_at, json_out, threads, rounds })
         }
     };
     match result {
