@@ -34,9 +34,9 @@ pub struct LaneStep {
     pub(crate) lane: Lane,
     pub(crate) step: Step,
     pub(crate) rows: Vec<Record>,
-    /// Set by the worker that made the step (`ExecOptions::digests_by_workers`), else by the
+    /// Made by the worker that made the step (`ExecOptions::digests_by_workers`), else by the
     /// first call of [`LaneStep::digest`].
-    pub(crate) digest: std::sync::OnceLock<Digest>,
+    pub(crate) digest: LaneDigest,
     /// The lane's state right after this step, if a snapshot was taken for it.
     pub(crate) state: Option<crate::engine::Snapshot>,
 }
@@ -59,7 +59,32 @@ impl LaneStep {
     }
 
     fn digest_ref(&self) -> &Digest {
-        self.digest.get_or_init(|| lane_digest(&self.rows))
+        match &self.digest.made {
+            Some(d) => d,
+            None => self.digest.later.get_or_init(|| lane_digest(&self.rows)),
+        }
+    }
+}
+
+/// A lane step's digest: made with the step, or computed where it is first asked for.
+///
+/// Not a `OnceLock` made with its value: `OnceLock::from` sets it through the lock's `Once`,
+/// a cost per lane step that shows when lane steps are one row each.
+#[derive(Debug, Default)]
+pub(crate) struct LaneDigest {
+    made: Option<Digest>,
+    later: std::sync::OnceLock<Digest>,
+}
+
+impl LaneDigest {
+    /// The digest, made with the step.
+    pub(crate) fn made(digest: Digest) -> Self {
+        LaneDigest { made: Some(digest), later: std::sync::OnceLock::new() }
+    }
+
+    /// A digest computed on first ask.
+    pub(crate) fn later() -> Self {
+        LaneDigest::default()
     }
 }
 

@@ -13,7 +13,7 @@ use crate::lineage::Lineage;
 use crate::operator::{Accumulator, AccumulatorState};
 use crate::operators::{Plan, apply_chain};
 use crate::record::Record;
-use crate::step::{LaneStep, lane_digest};
+use crate::step::{LaneDigest, LaneStep, lane_digest};
 
 use super::settings::Tail;
 
@@ -528,17 +528,15 @@ impl LaneRun {
 
     fn finalize(&mut self) {
         let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.rows_per_step));
-        // `OnceLock::from`, not `set`: a set goes through the lock's `Once`, a cost per lane
-        // step that shows with one row a step.
         let digest = if self.digests_by_workers {
             let timed = self.times.digests_timed.start();
             let digest = lane_digest(&rows);
             if let Some((t, weight)) = timed {
                 self.times.digest += weight * super::timing::since(t);
             }
-            std::sync::OnceLock::from(digest)
+            LaneDigest::made(digest)
         } else {
-            std::sync::OnceLock::new()
+            LaneDigest::later()
         };
         self.steps.push_back(LaneStep { lane: self.lane, step: Step(self.next_step), rows, digest, state: None });
         self.next_step += 1;

@@ -32,7 +32,7 @@ use crate::operator::LaneContext;
 use crate::operators::Plan;
 use crate::record::Record;
 use crate::source::WorkSource;
-use crate::step::{LaneStep, LocalStep, lane_digest};
+use crate::step::{LaneDigest, LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;
 
 pub(crate) use lane::Snapshot;
@@ -336,7 +336,7 @@ impl Engine {
                 lane: slot.lane,
                 step: Step(s),
                 rows: Vec::new(),
-                digest: std::sync::OnceLock::from(lane_digest(&[])),
+                digest: LaneDigest::made(lane_digest(&[])),
                 state: out.end_state.clone(),
             }));
         }
