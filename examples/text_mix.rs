@@ -1,4 +1,4 @@
-//! The announcement's pipeline in the builder DSL: two text datasets mixed 50/50 by tokens,
+//! A text pipeline in the builder DSL: two text datasets mixed 50/50 by tokens,
 //! GPT-2 tokenization, best-fit packing to 2048, a shuffle buffer, and batching; this rank's
 //! steps (rank and world size from `RANK`/`WORLD_SIZE`), with a checkpoint after step 3.
 //!

@@ -33,7 +33,7 @@ fi
 cd fuzz
 # Its own target folder: sanitizer builds must not touch the main build's artifacts.
 export CARGO_TARGET_DIR=${FUZZ_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/zephon-fuzz-target}
-# Inputs per target in --fixed mode: about 20 s each on this machine's cores.
+# Inputs per target in --fixed mode: about 20 s each on two cores.
 declare -A RUNS=([checkpoint]=1000000 [restore]=30000 [jsonl]=6000 [spec]=100000 [image]=12000)
 for target in checkpoint restore jsonl spec image; do
     if $FIXED; then

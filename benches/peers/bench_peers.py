@@ -501,12 +501,13 @@ def run_ours(a, inputs: Inputs, mix, env, raw_dir, tmp) -> dict[str, Any]:
             return res
     if data is None:
         low = tail.lower()
-        # A stub binary exits 0 without output; clap says "unrecognized subcommand"
-        # (or "unexpected argument") for a subcommand or flag it does not have yet.
+        # A binary without `bench` (ZEPHON_BIN may name any build): a stub exits 0 without
+        # output; clap says "unrecognized subcommand" (or "unexpected argument") for a
+        # subcommand or flag it does not have.
         if run["rc"] == 0 or any(m in low for m in ("unrecognized subcommand", "unexpected argument",
                                                     "no such subcommand")):
             res["status"] = "not built"
-            res["detail"] = f"`zephon bench` wrote no JSON (rc={run['rc']}); the subcommand is not there yet"
+            res["detail"] = f"`zephon bench` wrote no JSON (rc={run['rc']}); this binary has no such subcommand"
         else:
             res["status"] = f"failed (rc={run['rc']})"
         res["log_tail"] = tail
@@ -529,7 +530,7 @@ def run_ours(a, inputs: Inputs, mix, env, raw_dir, tmp) -> dict[str, Any]:
         # external tree sample would include, so the self-reported figure is the one to compare.
         "peak_rss_bytes": data.get("peak_rss_bytes") or rss_ext,
         "peak_rss_tree_bytes_external": rss_ext,
-        "resume_matches": data.get("resume_matches", data.get("restore_matches")),
+        "resume_matches": data.get("resume_matches"),
         "pad_fraction": data.get("pad_fraction"),
         "background_cpu_cores": run["background_cpu_cores"],
     }

@@ -2,7 +2,7 @@
 //! otherwise; offsets and varlen metadata derived on the host.
 
 use candle_core::{DType, Device, Tensor, WithDType};
-use zephon_core::{Array, ArrayData, Batch, Buffer, ColumnData, Ragged, Shape};
+use zephon_core::{Array, ArrayData, Batch, Buffer, ColumnData, Ragged};
 
 use crate::error::{Error, Result, candle};
 use crate::sink::{CuSeqlens, Sink, columns};
@@ -84,61 +84,20 @@ fn flat_cu_seqlens(sink: &Sink, name: &str, a: &Array) -> Result<Tensor> {
 }
 
 fn ragged(sink: &Sink, name: String, r: Ragged, out: &mut Tensors) -> Result<()> {
-    let column_err = |m: String| Error::Column { column: name.clone(), message: m };
-    let rank_two = r.item_shapes().iter().all(|s| s.ndim() >= 2);
-    let uniform = r.item_shapes().windows(2).all(|w| w[0] == w[1]);
-    let stacked = r.stacked_shape();
-    let (values, item_offsets, item_shapes, row_offsets) = r.into_parts();
-    // Three layouts, each with `offsets` along the first dimension of the values:
-    // rank >= 2 items that agree past their first dimension are concatenated along it (patch
-    // arrays); equal vectors or scalars get a new leading dimension (image grids, spans);
-    // anything else is flat, with each item's shape beside it.
-    let (shape, offsets, shapes) = match (stacked, rank_two, uniform, item_shapes.first()) {
-        (Some(s), true, _, _) => {
-            let mut at = 0i64;
-            let mut o = Vec::with_capacity(item_shapes.len() + 1);
-            o.push(0);
-            for s in &item_shapes {
-                at += s.outer() as i64;
-                o.push(at);
-            }
-            (s, o, None)
-        }
-        (_, _, true, Some(first)) if first.ndim() <= 1 => {
-            (first.stacked(item_shapes.len()), (0..=item_shapes.len() as i64).collect(), None)
-        }
-        _ => {
-            let o = item_offsets.iter().map(|&x| x as i64).collect();
-            (Shape::vector(values.len()), o, Some(shape_table(&item_shapes)))
-        }
-    };
-    let values = Array::new(values.into_data(), shape).map_err(|e| column_err(e.to_string()))?;
-    let target = sink.target(&name, candle_dtype(values.dtype()));
-    let t = array_tensor(values, target, &sink.device).map_err(candle(&name))?;
+    let layout = r.into_layout();
+    let target = sink.target(&name, candle_dtype(layout.values.dtype()));
+    let t = array_tensor(layout.values, target, &sink.device).map_err(candle(&name))?;
     out.push(name.clone(), t);
     let offsets_name = format!("{name}.offsets");
-    out.push(offsets_name.clone(), index_tensor(&offsets_name, offsets, sink.offsets, &sink.device)?);
+    out.push(offsets_name.clone(), index_tensor(&offsets_name, layout.offsets, sink.offsets, &sink.device)?);
     let rows_name = format!("{name}.row_offsets");
-    let rows: Vec<i64> = row_offsets.iter().map(|&x| x as i64).collect();
-    out.push(rows_name.clone(), index_tensor(&rows_name, rows, sink.offsets, &sink.device)?);
-    if let Some((ndim, table)) = shapes.filter(|(ndim, _)| *ndim > 0) {
+    out.push(rows_name.clone(), index_tensor(&rows_name, layout.row_offsets, sink.offsets, &sink.device)?);
+    if let Some((items, ndim, table)) = layout.shapes {
         let shapes_name = format!("{name}.shapes");
-        let t = Tensor::from_vec(table, (item_shapes.len(), ndim), &sink.device).map_err(candle(&shapes_name))?;
+        let t = Tensor::from_vec(table, (items, ndim), &sink.device).map_err(candle(&shapes_name))?;
         out.push(shapes_name, t);
     }
     Ok(())
-}
-
-/// Every item's dimensions, left-padded with 1 to the largest rank (the element count stays
-/// the same), as an `i64` table.
-fn shape_table(shapes: &[Shape]) -> (usize, Vec<i64>) {
-    let ndim = shapes.iter().map(Shape::ndim).max().unwrap_or(0);
-    let mut table = Vec::with_capacity(shapes.len() * ndim);
-    for s in shapes {
-        table.extend(std::iter::repeat_n(1, ndim - s.ndim()));
-        table.extend(s.dims().iter().map(|&d| d as i64));
-    }
-    (ndim, table)
 }
 
 fn byte_rows<'a>(sink: &Sink, name: String, rows: impl Iterator<Item = &'a [u8]>, out: &mut Tensors) -> Result<()> {

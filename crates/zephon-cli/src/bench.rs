@@ -135,8 +135,8 @@ fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<Vec<RawRate
         }
         // The best of three passes, each with the tokenizer loaded afresh (so that neither
         // engine's cache of words remembers an earlier pass) and on a fresh thread (the fast
-        // path's piece cache is per thread): one pass of a few megabytes moves by tens of
-        // percent with this machine's noise.
+        // path's piece cache is per thread): on a noisy machine one pass of a few megabytes
+        // moves by tens of percent.
         let time = |f: &(dyn Fn(&zephon::Tokenizer, &str) -> Result<usize, String> + Sync)| -> Result<f64, CliError> {
             let pass = || -> Result<f64, CliError> {
                 let tokenizer = zephon::Tokenizer::from_file(&tokenizer_path).map_err(zephon::Error::from)?;

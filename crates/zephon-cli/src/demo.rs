@@ -1,4 +1,4 @@
-//! `zephon demo`: the seed's experiment on an embedded default (or real files): two text
+//! `zephon demo`: the determinism experiment on an embedded default (or real files): two text
 //! datasets mixed 50/50 by tokens, tokenized, packed to fixed rows, shuffled; every step's
 //! fingerprint at world sizes 1, 2, 4 and 8, and across a resume at another world size.
 

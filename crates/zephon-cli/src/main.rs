@@ -20,9 +20,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 // The `tokenizers` crate allocates and frees many small objects per text, and batches are freed
-// on another thread than the one that built them: with glibc's malloc, 15 % of a worker's
-// samples were in malloc/free (perf, Llama-2 `tokenizers` path, against 5 % when the same
-// tokenizer runs alone). With mimalloc the pipeline ran 1.3-1.4x as fast on that path and
+// on another thread than the one that built them: with glibc's malloc, a worker on the
+// Llama-2 `tokenizers` path spends ~15 % of its time in malloc/free (~5 % when the same
+// tokenizer runs alone). mimalloc makes the pipeline 1.3-1.4x as fast on that path and
 // 1.2-1.3x on the GPT-2 fast path, for 60-100 MiB more peak RSS (README, "Allocator").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -63,7 +63,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the seed's experiment on an embedded default (no download): fingerprints at W = 1,
+    /// Run the determinism experiment on an embedded default (no download): fingerprints at W = 1,
     /// 2, 4, 8 and across a resume, then throughput.
     Demo(demo::DemoArgs),
     /// Run one rank of a spec (rank and world size from flags or RANK/WORLD_SIZE).

@@ -63,23 +63,17 @@ pub struct RunReport {
     pub checkpoint_bytes: u64,
     pub skipped_records: u64,
     /// Token positions of the delivered rows (rows × their length, pad included).
-    #[serde(default)]
     pub positions: u64,
     /// `tokens / positions`: how full the packed rows are (1.0 = no padding).
-    #[serde(default)]
     pub fill: f64,
     /// Tokens delivered per dataset (from the rows' lineage), their shares, and how far each
     /// dataset ran ahead of its target share at worst, over every step (this rank's lanes).
-    #[serde(default)]
     pub shares: Vec<ShareReport>,
     /// Thread time per part of the pipeline (reading, each operator, digests, snapshots).
-    #[serde(default)]
     pub time_by_stage: Vec<zephon::StageTime>,
     /// Images (attachments of kind `image`) in the delivered rows.
-    #[serde(default)]
     pub images: u64,
     /// What was left out, per dataset and why.
-    #[serde(default)]
     pub data: zephon::DataReport,
 }
 
@@ -97,11 +91,9 @@ pub struct ShareReport {
     /// delivered so far, over every step (0 when it never ran ahead).
     pub max_excess_tokens: u64,
     /// The step after which it ran ahead by `max_excess_tokens`.
-    #[serde(default)]
     pub max_excess_step: u64,
     /// After each step of the run, how many tokens this dataset was ahead of its target share
     /// of all tokens delivered so far (negative: behind). Empty without a target.
-    #[serde(default)]
     pub ahead_by_step: Vec<i64>,
 }
 

@@ -92,8 +92,8 @@ impl Launch<'_> {
     }
 }
 
-/// Compares `got` with the reference over `got`'s steps; returns the first difference.
-/// Compares `got` with the reference; `got` must hold exactly the steps `want`.
+/// Compares `got` with the reference; `got` must hold exactly the steps `want`. Returns the
+/// first difference.
 fn compare(reference: &Steps, got: &Steps, want: std::ops::Range<u64>) -> Option<String> {
     if !got.keys().copied().eq(want.clone()) {
         let (first, last) = (got.keys().next(), got.keys().next_back());

@@ -481,8 +481,8 @@ fn checkpoints_every_k_steps_and_at_a_named_step_both_resume_exactly() {
 }
 
 /// Documents ensure_mixture drops are reported by a run that takes no checkpoint as by one
-/// that does: the lanes snapshot after the last step, whatever the checkpoint flags (they
-/// once went unreported, as zero, unless a checkpoint fell on the last step).
+/// that does: the lanes snapshot after the last step, whatever the checkpoint flags, so the
+/// report's counts are those of the whole run, not of the last checkpoint.
 #[test]
 fn a_run_reports_what_ensure_mixture_dropped_with_or_without_checkpoints() {
     let dir = tempfile::tempdir().unwrap();

@@ -123,6 +123,72 @@ impl Ragged {
     pub fn into_parts(self) -> (Array, Vec<usize>, Vec<Shape>, Vec<usize>) {
         (self.values, self.item_offsets, self.item_shapes, self.row_offsets)
     }
+
+    /// The column as a sink lays it out for a tensor library, moving the values (no copy).
+    ///
+    /// Three layouts, each with `offsets` along the first dimension of the values: items of
+    /// rank ≥ 2 that agree past their first dimension are concatenated along it (patch arrays,
+    /// `[Σ n_i, C·p·p]`); equal vectors or scalars get a new leading dimension (image grids,
+    /// spans, `[items, ...]`); anything else is flat, with each item's shape in `shapes`.
+    pub fn into_layout(self) -> RaggedLayout {
+        let rank_two = self.item_shapes.iter().all(|s| s.ndim() >= 2);
+        let uniform = self.item_shapes.windows(2).all(|w| w[0] == w[1]);
+        let stacked = self.stacked_shape();
+        let (values, item_offsets, item_shapes, row_offsets) = self.into_parts();
+        let (shape, offsets, shapes) = match (stacked, rank_two, uniform, item_shapes.first()) {
+            (Some(s), true, _, _) => {
+                let mut at = 0i64;
+                let mut o = Vec::with_capacity(item_shapes.len() + 1);
+                o.push(0);
+                for s in &item_shapes {
+                    at += s.outer() as i64;
+                    o.push(at);
+                }
+                (s, o, None)
+            }
+            (_, _, true, Some(first)) if first.ndim() <= 1 => {
+                (first.stacked(item_shapes.len()), (0..=item_shapes.len() as i64).collect(), None)
+            }
+            _ => {
+                let o = item_offsets.iter().map(|&x| x as i64).collect();
+                (Shape::vector(values.len()), o, Some(shape_table(&item_shapes)).filter(|(ndim, _)| *ndim > 0))
+            }
+        };
+        // The shapes above hold exactly the values' elements, by construction of a `Ragged`.
+        let values = Array::new(values.data().clone(), shape).unwrap_or(values);
+        RaggedLayout {
+            values,
+            offsets,
+            row_offsets: row_offsets.iter().map(|&x| x as i64).collect(),
+            shapes: shapes.map(|(ndim, table)| (item_shapes.len(), ndim, table)),
+        }
+    }
+}
+
+/// A ragged column laid out for a tensor library ([`Ragged::into_layout`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RaggedLayout {
+    /// The values, stacked or flat.
+    pub values: Array,
+    /// Item `i` is `values[offsets[i]..offsets[i + 1]]` along the first dimension.
+    pub offsets: Vec<i64>,
+    /// Row `r` holds items `row_offsets[r]..row_offsets[r + 1]`.
+    pub row_offsets: Vec<i64>,
+    /// For flat values: (items, ndim, every item's dimensions left-padded with 1 to the
+    /// largest rank, row-major).
+    pub shapes: Option<(usize, usize, Vec<i64>)>,
+}
+
+/// Every item's dimensions, left-padded with 1 to the largest rank (the element count stays
+/// the same), as an `i64` table.
+fn shape_table(shapes: &[Shape]) -> (usize, Vec<i64>) {
+    let ndim = shapes.iter().map(Shape::ndim).max().unwrap_or(0);
+    let mut table = Vec::with_capacity(shapes.len() * ndim);
+    for s in shapes {
+        table.extend(std::iter::repeat_n(1, ndim - s.ndim()));
+        table.extend(s.dims().iter().map(|&d| d as i64));
+    }
+    (ndim, table)
 }
 
 /// The values of one column.
@@ -288,6 +354,18 @@ impl Batch {
     /// The columns, moved out with their buffers (no copy).
     pub fn into_columns(self) -> Vec<Column> {
         self.columns
+    }
+
+    /// The same batch with every dense column's array replaced by `f(array)` (a sink
+    /// widening integer columns, say); ragged, text and byte columns are kept as they are.
+    pub fn map_dense(mut self, mut f: impl FnMut(Array) -> Array) -> Batch {
+        for c in &mut self.columns {
+            if let ColumnData::Dense(a) = &mut c.data {
+                let taken = std::mem::replace(a, Array::from_vec::<u8>(Vec::new()));
+                *a = f(taken);
+            }
+        }
+        self
     }
 
     /// A one-line summary per column: name, type, shape.

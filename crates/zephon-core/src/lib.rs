@@ -67,9 +67,9 @@ pub mod testing;
 mod topology;
 
 pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
-pub use batch::{Batch, Column, ColumnData, Ragged};
+pub use batch::{Batch, Column, ColumnData, Ragged, RaggedLayout};
 pub use buffer::Buffer;
-pub use checkpoint::{Cursor, LaneState, RunFingerprint, SkipTally, Skips, TailDropped};
+pub use checkpoint::{Cursor, LanePart, LaneState, RunFingerprint, SkipTally, Skips, SplitCheckpoint, TailDropped};
 pub use digest::{Digest, Hasher};
 pub use encoding::{ENCODING_VERSION, encode_record};
 pub use engine::{BadRecords, Engine, ExecOptions, Held, RunSpec, StageTime, Tail};

@@ -13,11 +13,11 @@ use crate::lineage::{Fragment, Lineage, Span};
 /// process, so a clone copies a pointer and two fields are equal exactly when they point at
 /// the same name.
 ///
-/// Why not a shared reference count: every record a worker sets a field on cloned the name,
-/// and every record dropped released it, so with two workers the count's cache line moved
-/// between cores on every record (and the name's bytes, beside it, with it). The cost of
-/// interning is that a name, once made, is never freed: names come from configuration and
-/// operators, a handful per pipeline, not from data.
+/// Why not a shared reference count: every record a worker sets a field on would clone the
+/// name, and every record dropped would release it, so with two workers the count's cache line
+/// would move between cores on every record (and the name's bytes, beside it, with it). The
+/// cost of interning is that a name, once made, is never freed: names come from configuration
+/// and operators, a handful per pipeline, not from data.
 #[derive(Clone, Eq, PartialOrd, Ord)]
 pub struct Field(&'static str);
 

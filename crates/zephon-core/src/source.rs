@@ -24,8 +24,8 @@ pub struct ShardManifest {
     pub rows: u64,
     /// Size in bytes (the file's, or the text's for in-memory data).
     pub bytes: u64,
-    /// Changes whenever the shard's content changes (for files: size, modification time and a
-    /// hash of sampled content; for in-memory data: a content hash).
+    /// Changes whenever the shard's content changes (for files: the SHA-256 of all their
+    /// bytes; for in-memory data: a content hash).
     pub version: String,
 }
 

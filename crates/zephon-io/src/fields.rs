@@ -22,7 +22,7 @@ pub struct Fields {
     /// opened.
     pub extra: Vec<String>,
     /// Where each row's images come from, or `None` to read none (rows then carry no
-    /// attachments, as before images existed). Every image becomes one unplaced attachment of
+    /// attachments). Every image becomes one unplaced attachment of
     /// kind `image`, numbered from 0 in the row's order, with the values `bytes` (the encoded
     /// file, not decoded) and `source` (text, for provenance). Per format:
     ///

@@ -37,9 +37,9 @@ const DEFAULT_CACHE_BYTES: usize = 256 << 20;
 /// Rows per decoded batch; a row group may decode into several.
 const MAX_BATCH_ROWS: usize = 1 << 16;
 
-/// Runs parquet crate code on file contents. It asserts on some malformed input (found by
-/// flipping bytes of real shards); a panic becomes an error naming the file instead of taking
-/// the run down.
+/// Runs parquet crate code on file contents. It asserts on some malformed input (real shards
+/// with flipped bytes reach such asserts); a panic becomes an error naming the file instead of
+/// taking the run down.
 fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
         let what = panic

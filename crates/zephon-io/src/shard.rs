@@ -292,9 +292,8 @@ fn process_space() -> &'static str {
     })
 }
 
-/// Removes temporaries left in `dirs` by writers that died (a killed rank, a full disk before
-/// the error path existed): those of a process of this pid space that no longer runs, and any
-/// older than a day.
+/// Removes temporaries left in `dirs` by writers that died (a killed rank): those of a process
+/// of this pid space that no longer runs, and any older than a day.
 pub(crate) fn remove_stale_temporaries(dirs: &[PathBuf]) {
     let here = process_space();
     let now = SystemTime::now();
@@ -304,9 +303,7 @@ pub(crate) fn remove_stale_temporaries(dirs: &[PathBuf]) {
             let name = e.file_name();
             let name = name.to_string_lossy();
             let Some((space, pid)) = parse_temporary(&name) else { continue };
-            // Names from before the space tag (`<key>.tmp.<pid>.ThreadId(n)`) are judged as
-            // this space's: they were written by an older zephon on this machine.
-            let ours = space.is_none_or(|s| s == here && here != "0");
+            let ours = space == here && here != "0";
             let dead = ours && !Path::new(&format!("/proc/{pid}")).exists();
             let old = || {
                 e.metadata()
@@ -322,19 +319,13 @@ pub(crate) fn remove_stale_temporaries(dirs: &[PathBuf]) {
     }
 }
 
-/// `(space tag, pid)` of a temporary's name: `<target>.tmp.<space>.<pid>.<n>`, or `(None,
-/// pid)` for the older `<target>.tmp.<pid>.ThreadId(<n>)`.
-fn parse_temporary(name: &str) -> Option<(Option<&str>, u32)> {
+/// `(space tag, pid)` of a temporary's name, `<target>.tmp.<space>.<pid>.<n>` (see
+/// [`temporary_name`]).
+fn parse_temporary(name: &str) -> Option<(&str, u32)> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let parts: Vec<&str> = name.rsplitn(5, '.').collect();
     match parts[..] {
-        [n, pid, space, "tmp", _target] if digits(n) && digits(pid) => Some((Some(space), pid.parse().ok()?)),
-        [thread, pid, "tmp", ..]
-            if thread.strip_prefix("ThreadId(").and_then(|t| t.strip_suffix(')')).is_some_and(digits)
-                && digits(pid) =>
-        {
-            Some((None, pid.parse().ok()?))
-        }
+        [n, pid, space, "tmp", _target] if digits(n) && digits(pid) => Some((space, pid.parse().ok()?)),
         _ => None,
     }
 }
@@ -504,17 +495,15 @@ mod tests {
         let elsewhere = dir.join("k.idx.tmp.abcdef012345.4294967295.0");
         let old_elsewhere = dir.join("j.idx.tmp.abcdef012345.4294967295.1");
         let not_ours = dir.join("notes.tmp.txt");
-        let legacy_dead = dir.join("k.tmp.4294967295.ThreadId(1)");
-        let legacy_alive = dir.join(format!("k.tmp.{me}.ThreadId(2)"));
-        for p in [&dead, &alive, &elsewhere, &old_elsewhere, &not_ours, &legacy_dead, &legacy_alive] {
+        for p in [&dead, &alive, &elsewhere, &old_elsewhere, &not_ours] {
             fs::write(p, b"x").unwrap();
         }
         let two_days = SystemTime::now() - Duration::from_secs(48 * 3600);
         fs::File::options().write(true).open(&old_elsewhere).unwrap().set_modified(two_days).unwrap();
         remove_stale_temporaries(std::slice::from_ref(&dir));
         assert!(!dead.exists() || here == "0");
-        assert!(alive.exists() && elsewhere.exists() && not_ours.exists() && legacy_alive.exists());
-        assert!(!old_elsewhere.exists() && !legacy_dead.exists());
+        assert!(alive.exists() && elsewhere.exists() && not_ours.exists());
+        assert!(!old_elsewhere.exists());
     }
 
     #[test]

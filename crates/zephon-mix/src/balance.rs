@@ -2,9 +2,9 @@
 //!
 //! Chunks are dealt by position, so a lane's tokens are a random walk over the lengths of the
 //! documents it draws: on a corpus of ~3 k-token documents mixed with one-line ones, 8 lanes
-//! ended tens of steps apart, and `tail = "drop"` (the run ends with the first lane) lost
-//! 7–12 % of the epoch. Per-dataset estimates cannot see that spread; each row's own length
-//! can. With every row's estimated tokens, the deal is kept up to a late block, and the
+//! end tens of steps apart, and under `tail = "drop"` (the run ends with the first lane) what
+//! the other lanes still hold is lost. Per-dataset estimates cannot see that spread; each
+//! row's own length can. With every row's estimated tokens, the deal is kept up to a late block, and the
 //! documents from there to the end are shared out so that all lanes reach the same total
 //! ([`plan`]). Everything dealt before that block is unchanged.
 
@@ -71,9 +71,8 @@ impl TailPlan {
 /// small. The rest goes out largest document first, each to the lane with the fewest tokens
 /// so far, and moves and swaps of documents between lanes then even out what that left
 /// ([`even_out`]): the lanes end within a few tokens of each other, unless the stretch holds
-/// too few documents to choose from (cutting the stretch into contiguous pieces left them up
-/// to half the largest document apart, 75 k tokens on corpus B). Each lane reads its share in
-/// stream order.
+/// too few documents to choose from (contiguous pieces of the stretch would leave them up to
+/// half the largest document apart). Each lane reads its share in stream order.
 pub(crate) fn plan(
     lanes: u32,
     chunk_tokens: &[u64],
@@ -136,12 +135,11 @@ pub(crate) fn plan(
 
 /// Narrows the gap between the lanes after largest-first: largest first leaves them apart by
 /// up to the size of the last documents placed, which is most of a document when the stretch
-/// holds only long ones (pages of ~17 k tokens ended 6.4 k tokens apart, and `drop` lost 1.8
-/// steps). Each move takes the heaviest lane down (against one of the 8 lightest) or the
-/// lightest up (against one of the 8 heaviest): one document moved to another lane, or two
-/// swapped, whichever evens the pair out most. Every move shrinks the sum
-/// of squared loads, so this ends; it also stops after a bounded number of moves, and once no
-/// lane is more than 16 tokens from another.
+/// holds only long ones (pages of ~17 k tokens end thousands of tokens apart). Each move takes
+/// the heaviest lane down (against one of the 8 lightest) or the lightest up (against one of
+/// the 8 heaviest): one document moved to another lane, or two swapped, whichever evens the
+/// pair out most. Every move shrinks the sum of squared loads, so this ends; it also stops
+/// after a bounded number of moves, and once no lane is more than 16 tokens from another.
 fn even_out(shares: &mut [Vec<usize>], totals: &mut [u64], tokens: &[u64]) {
     // Lanes this close lose at most L × 16 tokens under `drop`: not worth more moves (with
     // thousands of one-line documents in the stretch, each move costs a sort of a lane's).
@@ -154,7 +152,7 @@ fn even_out(shares: &mut [Vec<usize>], totals: &mut [u64], tokens: &[u64]) {
         order.sort_unstable_by_key(|&x| (totals[x], x));
         let (Some(&light), Some(&heavy)) = (order.first(), order.last()) else { return };
         // The heaviest against the lightest few, the lightest against the heaviest few: with
-        // thousands of lanes, trying every pair on every move cost seconds.
+        // thousands of lanes, trying every pair on every move would cost seconds.
         let few = order.len().min(PAIRED);
         let pairs = order[..few]
             .iter()

@@ -11,7 +11,7 @@ use crate::held::Held;
 ///
 /// Measured at its own output, the shares would lag behind the packer: bins keep short
 /// documents while full rows of long-document pieces leave at once (at 64 bins of 1024, one
-/// dataset ran ~15 k tokens a lane ahead). So it watches what the packer emits
+/// dataset would run ~15 k tokens a lane ahead). So it watches what the packer emits
 /// ([`Accumulator::next_stage_out`]) and counts what the packer holds only beyond its standing
 /// stock ([`EnsureMixture::standing_stock`], the open rows). Everything it counts is a pure
 /// function of the lane's stream, and is in its checkpoint.

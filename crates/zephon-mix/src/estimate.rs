@@ -34,17 +34,17 @@ pub struct TokenEstimate {
     /// Rows tokenized (0 for a declared ratio).
     pub rows_tokenized: u64,
     /// Tokens the tokenizer adds to every row and that are not in its text (BOS, EOS). One
-    /// EOS is 7 % of a 15-token document: left out, a short-document dataset got that much
-    /// more than its share of the plan. 0 in estimates saved before it was counted.
-    #[serde(default)]
+    /// EOS is 7 % of a 15-token document: left out, a short-document dataset would get that
+    /// much more than its share of the plan.
     pub added_per_row: f64,
     /// Text bytes per row at evenly spaced quantiles of the measured rows (the midpoints of
     /// [`ROW_QUANTILES`] equal slices): enough of the distribution to tell what truncation keeps.
-    /// Empty in estimates saved before it was measured.
+    /// Empty for a declared ratio (no rows measured), and then left out of the saved estimate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub row_bytes_quantiles: Vec<f64>,
     /// The most tokens a row keeps (a tokenizer that truncates long documents), added tokens
-    /// included. Set by the pipeline, like `added_per_row`.
+    /// included. Set by the pipeline, like `added_per_row`; left out of the saved estimate
+    /// when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens_per_row: Option<f64>,
 }
@@ -55,7 +55,8 @@ pub const ROW_QUANTILES: usize = 64;
 impl TokenEstimate {
     /// Expected tokens in one row. With truncation, the mean of what each quantile of row
     /// length keeps: a dataset of 3,500-token documents cut to 1,024 delivers 1,024 a row,
-    /// and planning it by its whole documents gave it a third of its share.
+    /// and planning it by its whole documents would give it a third of its share. Without
+    /// quantiles (a declared ratio), the mean row is cut.
     pub fn tokens_per_row(&self) -> f64 {
         if self.row_bytes_quantiles.is_empty() || self.max_tokens_per_row.is_none() {
             return self.tokens_in(self.bytes_per_row);
@@ -308,9 +309,9 @@ mod truncation_tests {
         assert!((e.tokens_per_row() - 562.5).abs() < 1.0, "{}", e.tokens_per_row());
         let whole = estimate(lengths, None);
         assert!((whole.tokens_per_row() - 5051.0).abs() < 1e-9, "{}", whole.tokens_per_row());
-        // Estimates saved before the quantiles were measured cut the mean row.
-        let old = TokenEstimate { row_bytes_quantiles: Vec::new(), ..e };
-        assert_eq!(old.tokens_per_row(), 1024.0);
+        // Without quantiles (a declared ratio) the mean row is cut.
+        let unquantiled = TokenEstimate { row_bytes_quantiles: Vec::new(), ..e };
+        assert_eq!(unquantiled.tokens_per_row(), 1024.0);
         assert_eq!(quantiles(Vec::new()), Vec::<f64>::new());
         assert_eq!(quantiles(vec![7]), vec![7.0; ROW_QUANTILES]);
     }

@@ -2,12 +2,12 @@
 //!
 //! ensure_mixture releases "the oldest held document that is admissible", and whether a
 //! document is admissible depends only on its dataset and its size, growing no easier as the
-//! size grows. One queue held all datasets' documents, so every push scanned every held
+//! size grows. With one queue for all datasets' documents every push would scan every held
 //! document: with a short-document dataset ahead of its share, hundreds of its documents
-//! were walked past to reach one of the dataset behind, on every push. Here each dataset has
-//! its own queue and the sizes it holds, so a dataset whose smallest document is not
-//! admissible is skipped without looking at its documents, and the oldest admissible one is
-//! the oldest of each dataset's first admissible. Which document comes out is exactly what
+//! would be walked past to reach one of the dataset behind, on every push. So each dataset has
+//! its own queue and the sizes it holds: a dataset whose smallest document is not admissible
+//! is skipped without looking at its documents, and the oldest admissible one is the oldest
+//! of each dataset's first admissible. Which document comes out is exactly what
 //! one scan of one queue would give.
 
 use std::collections::{BTreeMap, VecDeque};

@@ -21,9 +21,9 @@ use zephon_core::{
 /// own stream.
 ///
 /// [`Shuffle::keep_shares`] makes it keep a mixture's token shares: a buffer of 64 rows of
-/// 1024 reorders ~64 k tokens, and at one to four lanes that moved a dataset's share past
-/// what `ensure_mixture` holds it to before the buffer (up to 2× the bound of L × (slack +
-/// row length)). The record in the chosen slot goes out only if every dataset then stays
+/// 1024 reorders ~64 k tokens, and at one to four lanes that alone can move a dataset's share
+/// past what `ensure_mixture` holds it to before the buffer (up to 2× the bound of
+/// L × (slack + row length)). The record in the chosen slot goes out only if every dataset then stays
 /// within `limit` tokens of its share of what this lane emitted; otherwise the buffered
 /// record that leaves the shares best goes out instead. That is still a function of the
 /// lane's own stream.
@@ -68,7 +68,7 @@ impl Operator for Shuffle {
     }
 
     fn fingerprint(&self) -> String {
-        // Without warm-up the fingerprint is what it always was: old checkpoints still match.
+        // The warm-up is named only when on: the line without it means a plain buffer.
         let base =
             if self.warm_up { format!("buffer={} warm_up=half", self.size) } else { format!("buffer={}", self.size) };
         match &self.keep {
@@ -99,7 +99,7 @@ impl Operator for Shuffle {
             pushed: 0,
             key: RngKey::new(ctx.seed, "shuffle-buffer"),
             // A warming-up buffer grows as records arrive: reserving the whole buffer for each
-            // of 1,024 lanes touched memory a few rows a lane never used.
+            // of 1,024 lanes would touch memory most lanes never use.
             buf: if self.warm_up { Vec::new() } else { Vec::with_capacity(self.size) },
             keep: self.keep.as_ref().map(|(shares, limit)| Keep {
                 shares: shares.clone(),
@@ -218,7 +218,8 @@ impl Accumulator for ShuffleBuffer {
     }
 
     fn export(&self) -> AccumulatorState {
-        // Without warm-up the state is what it always was (no values): old checkpoints load.
+        // The warm-up's clock (records pushed) is kept only with warm-up on: a full buffer's
+        // contents alone say where it is.
         let mut values = if self.warm_up { vec![self.pushed] } else { Vec::new() };
         if let Some(keep) = &self.keep {
             values.extend(&keep.emitted);

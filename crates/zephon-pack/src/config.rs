@@ -139,7 +139,7 @@ pub struct PackConfig {
 
 /// Default [`PackConfig::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
 /// its documents only when they average fewer than this many tokens, so short documents fill
-/// rows (a fixed cap of 64 left 1024-token rows of 14-token documents 8 % empty), and
+/// rows (a fixed cap of 64 would leave 1024-token rows of 14-token documents 8 % empty), and
 /// `cu_seqlens` stays a quarter of the row's width.
 pub const DEFAULT_TOKENS_PER_SEGMENT: usize = 4;
 
@@ -194,8 +194,8 @@ impl PackConfig {
 
     /// Every setting in one canonical line (the operator's checkpoint fingerprint). `v1` names
     /// the row layout: a change to what rows contain must change it. The end-of-data policy
-    /// and the warm-up are named only where they change rows (not the default, not wrap), so
-    /// checkpoints taken before they existed still restore.
+    /// and the warm-up are named only where they change rows (not wrap) and differ from the
+    /// default: the line without them means the default.
     pub fn fingerprint(&self) -> String {
         let mut end = match (self.algorithm, self.end_of_data) {
             (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => String::new(),

@@ -62,7 +62,8 @@ impl OpenRow {
 
     /// An empty row whose token buffer grows with what it holds: for the fit algorithms'
     /// open rows, of which a lane may hold many, most of them far from full. Reserving T for
-    /// each made 1,024 lanes of 64 open rows hold ~4 KiB per open row however little was in it.
+    /// each would make 1,024 lanes of 64 open rows hold ~4 KiB per open row however little is
+    /// in it.
     pub fn growing(config: &PackConfig) -> Self {
         OpenRow { fragments: Vec::new(), tokens: Vec::new(), attachments: Vec::new(), limit: config.seq_len }
     }

@@ -22,8 +22,8 @@ use regex_automata::{Anchored, Input};
 const TAIL: &str = r"|\s+(?!\S)|\s+";
 
 /// A lazy DFA's states a thread may keep. The default (2 MiB) is too small for the Unicode
-/// classes of these patterns (GPT-4o's splits letters by case): the DFA filled, was cleared
-/// and built its states again every few texts.
+/// classes of these patterns (GPT-4o's splits letters by case): with it the DFA fills, is
+/// cleared and builds its states again every few texts.
 const DFA_CACHE: usize = 32 << 20;
 
 /// A split regex of the family, ready to run without backtracking.

@@ -56,8 +56,8 @@ pub use zephon_candle::{Prefetcher, Sink};
 #[doc(inline)]
 pub use zephon_core as lane_core;
 pub use zephon_core::{
-    BadRecords, Batch, Digest, ExecOptions, Lane, LocalStep, Operator, PreTokenized, Record, SampleId, StageTime, Step,
-    Tail, Topology, Value, step_fingerprint,
+    BadRecords, Batch, Digest, ExecOptions, Lane, LanePart, LocalStep, Operator, PreTokenized, Record, SampleId,
+    SplitCheckpoint, StageTime, Step, Tail, Topology, Value, step_fingerprint,
 };
 #[doc(inline)]
 pub use zephon_io as io;

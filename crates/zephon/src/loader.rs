@@ -14,11 +14,9 @@ pub struct DataReport {
     /// One entry per dataset, in order.
     pub datasets: Vec<DatasetReport>,
     /// Rows of a final partial step the end of finite data left out (`tail = "drop"`).
-    #[serde(default)]
     pub tail_dropped_rows: u64,
     /// Lanes that still had data when the run ended under `tail = "drop"` (one of this
     /// rank's lanes ran out first); what they held from then on was not delivered.
-    #[serde(default)]
     pub lanes_cut_off: Vec<u32>,
 }
 
@@ -40,22 +38,17 @@ pub struct DatasetReport {
     /// Their tokens.
     pub dropped_tokens: u64,
     /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
-    #[serde(default)]
     pub tail_dropped_tokens: u64,
     /// The documents (shard, row) those rows held pieces of: each came in part or not at all.
-    #[serde(default)]
     pub tail_dropped_documents: Vec<(u32, u64)>,
     /// Pieces of this dataset's documents that lanes cut off at the end of the data held (in
     /// their buffers, rows made ahead and the step not delivered), under `tail = "drop"`.
-    #[serde(default)]
     pub cut_off_pieces: u64,
     /// Their tokens.
-    #[serde(default)]
     pub cut_off_tokens: u64,
     /// The documents (shard, row) those pieces belong to, and any a cut-off lane had pushed
     /// only in part: each came in part or not at all, and every one of this dataset's
     /// documents that came in part is listed.
-    #[serde(default)]
     pub cut_off_documents: Vec<(u32, u64)>,
 }
 
@@ -151,6 +144,18 @@ impl Loader {
     /// atomically; every rank writes its own, no coordination).
     pub fn checkpoint(&self, dir: &Path) -> Result<PathBuf> {
         Ok(self.engine.checkpoint(dir)?)
+    }
+
+    /// This rank's lanes after the last delivered step as a split checkpoint: one run part, the
+    /// same bytes on every rank, and one part per lane, for a trainer's distributed checkpoint
+    /// (`Pipeline::restore_split` continues from it at any world size).
+    pub fn checkpoint_split(&self) -> Result<zephon_core::SplitCheckpoint> {
+        Ok(self.engine.checkpoint_split()?)
+    }
+
+    /// Waits at most `timeout` until `next_step` would return at once; whether it would.
+    pub fn wait_ready(&self, timeout: std::time::Duration) -> bool {
+        self.engine.wait_ready(timeout)
     }
 
     /// The next step to be delivered.

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use zephon_core::{
-    BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, Tail, Topology, checkpoint,
+    BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, SplitCheckpoint, Tail, Topology, checkpoint,
 };
 use zephon_mix::{Balance, EnsureMixture, Exhaustion, MixtureSource, Shuffle, TokenEstimate, weights_for_token_shares};
 use zephon_pack::Pack;
@@ -194,6 +194,29 @@ impl Pipeline {
         Ok(Loader::new(engine, assembled, self.exec))
     }
 
+    /// Continues the run from a split checkpoint (the run part and this rank's lane parts, as a
+    /// trainer's distributed checkpoint hands them back) at `topology`, any world size dividing
+    /// the lanes. `key` names a lane's part in errors as the caller stores it.
+    pub fn restore_split(
+        self,
+        topology: Topology,
+        split: &SplitCheckpoint,
+        key: &dyn Fn(zephon_core::Lane) -> String,
+    ) -> Result<Loader> {
+        let metadata = SplitCheckpoint::summary(&split.run)?.metadata;
+        let assembled = self.assemble(Some(&metadata), topology.lanes())?;
+        let engine = Engine::restore_split(assembled.spec.clone(), topology, self.exec, split, key)?;
+        Ok(Loader::new(engine, assembled, self.exec))
+    }
+
+    /// The split checkpoint of this rank's lanes before the first step, without starting the
+    /// run (it opens the data and plans the mixture, as `build` does): the template a trainer's
+    /// checkpoint store loads into.
+    pub fn initial_split(&self, topology: &Topology) -> Result<SplitCheckpoint> {
+        let assembled = self.assemble(None, topology.lanes())?;
+        Ok(Engine::initial_split(&assembled.spec, topology, &self.exec)?)
+    }
+
     /// The plan, without starting anything: datasets, work source, operators (parallel part
     /// and per-lane stages), buffers.
     pub fn explain(&self, topology: &Topology) -> Result<String> {
@@ -326,7 +349,7 @@ impl Pipeline {
                         shuffle = shuffle.warm_up();
                     }
                     // Shares that ensure_mixture keeps before the buffer, the buffer keeps too:
-                    // its reordering alone moved them past the bound at few lanes.
+                    // its reordering alone would move them past the bound at few lanes.
                     let slack = self.stages.iter().find_map(|s| match s {
                         Stage::EnsureMixture { slack_tokens, .. } => Some(*slack_tokens),
                         _ => None,

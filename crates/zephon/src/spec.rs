@@ -425,12 +425,25 @@ impl Spec {
 
     /// Parses spec text; `name` labels errors and `base_dir` anchors relative paths.
     pub fn parse(text: &str, name: &str, base_dir: &Path) -> Result<Spec> {
-        let mut spec: Spec =
+        let spec: Spec =
             toml::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
-        spec.base_dir = base_dir.to_path_buf();
-        spec.file = name.to_string();
-        spec.check().map_err(|m| Error::Spec { path: name.to_string(), message: m })?;
-        Ok(spec)
+        spec.checked(name, base_dir)
+    }
+
+    /// Parses the same keys given as JSON (what a program that holds the spec as a dictionary
+    /// has at hand, the Python binding among them); `name` labels errors and `base_dir`
+    /// anchors relative paths.
+    pub fn from_json(text: &str, name: &str, base_dir: &Path) -> Result<Spec> {
+        let spec: Spec =
+            serde_json::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
+        spec.checked(name, base_dir)
+    }
+
+    fn checked(mut self, name: &str, base_dir: &Path) -> Result<Spec> {
+        self.base_dir = base_dir.to_path_buf();
+        self.file = name.to_string();
+        self.check().map_err(|m| Error::Spec { path: name.to_string(), message: m })?;
+        Ok(self)
     }
 
     fn check(&self) -> std::result::Result<(), String> {
@@ -470,6 +483,22 @@ impl Spec {
         }
         if let Some(e) = &self.ensure_mixture {
             e.hold_per_lane(self.lanes)?;
+        }
+        if self.images.is_none() {
+            if let Some(d) = self.datasets.iter().find(|d| d.images.is_some()) {
+                return Err(format!("dataset {}: `images` needs an [images] table to decode them", d.name));
+            }
+            if let Some(t) = &self.tokenize {
+                let set = [
+                    ("image_marker", &t.image_marker),
+                    ("image_token", &t.image_token),
+                    ("image_start", &t.image_start),
+                    ("image_end", &t.image_end),
+                ];
+                if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
+                    return Err(format!("[tokenize] {key} places images, and there is no [images] table"));
+                }
+            }
         }
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
             return Err("[tokenize] max_tokens must be at least 1".into());
@@ -639,11 +668,16 @@ impl Spec {
                 }
             };
             let mut config = PackConfig::new(algorithm, pk.seq_len);
-            if pk.algorithm == "one_per_row" {
-                config.max_segments = 1;
-            }
-            if let Some(m) = pk.max_segments {
-                config.max_segments = m;
+            match (pk.algorithm.as_str(), pk.max_segments) {
+                ("one_per_row", Some(m)) if m != 1 => {
+                    return Err(bad(format!(
+                        "[pack] algorithm = \"one_per_row\" puts one document in each row: max_segments = {m} \
+                         contradicts it"
+                    )));
+                }
+                ("one_per_row", _) => config.max_segments = 1,
+                (_, Some(m)) => config.max_segments = m,
+                (_, None) => {}
             }
             config.long = match pk.long_documents.as_deref().unwrap_or("split") {
                 "split" => LongDocs::Split,
@@ -694,6 +728,15 @@ impl Spec {
             Some("lanczos3") => Some(Filter::Lanczos3),
             Some(other) => return Err(bad(format!("filter = {other:?}: expected bilinear, bicubic or lanczos3"))),
         };
+        // A setting that would have no effect is refused, never ignored.
+        if im.fit.is_some() && im.size.is_none() {
+            return Err(bad("fit applies to a fixed size: give `size` with it".into()));
+        }
+        if im.size.is_some() && im.dynamic_pixels.is_some() {
+            return Err(bad("give `size` (a fixed square) or `dynamic_pixels`, not both".into()));
+        }
+        // A new size keeps the preset's filter unless `filter` names another.
+        let preset_filter = c.resize.filter();
         if let Some(side) = im.size {
             let fit = match im.fit.as_deref().unwrap_or("center_crop") {
                 "center_crop" => Fit::CenterCrop,
@@ -706,9 +749,7 @@ impl Spec {
         if let Some([min, max]) = im.dynamic_pixels {
             c.resize = ResizeSpec::smart(SmartResize::new(28, min, max).map_err(v)?);
         }
-        if let Some(f) = filter {
-            c.resize = c.resize.with_filter(f);
-        }
+        c.resize = c.resize.with_filter(filter.unwrap_or(preset_filter));
         if let Some(n) = &im.normalize {
             c.normalize = match n.as_str() {
                 "clip" => Normalize::CLIP,
@@ -727,11 +768,17 @@ impl Spec {
         }
         if let Some(l) = &im.layout {
             c.layout = match l.as_str() {
-                "vit" => PixelLayout::Vit { patch: im.patch.unwrap_or(14) },
+                "vit" => PixelLayout::Vit { patch: 14 },
                 "qwen2_vl" => PixelLayout::Qwen2Vl(zephon_vision::patch::QwenPatching::QWEN2_VL),
                 "chw" => PixelLayout::Chw,
                 other => return Err(bad(format!("layout = {other:?}: expected vit, qwen2_vl or chw"))),
             };
+        }
+        if let Some(p) = im.patch {
+            match c.layout {
+                PixelLayout::Vit { .. } => c.layout = PixelLayout::Vit { patch: p },
+                _ => return Err(bad("patch is the side of ViT patches: it needs layout = \"vit\"".into())),
+            }
         }
         if let Some(n) = im.tokens {
             c.tokens = ImageTokens::Fixed(n);
@@ -784,8 +831,15 @@ impl Spec {
                 t.image_marker.as_deref().unwrap_or("<image>"),
                 token,
             )?;
-            if let (Some(a), Some(b)) = (&t.image_start, &t.image_end) {
-                im = im.around(&tokenizer, a, b)?;
+            match (&t.image_start, &t.image_end) {
+                (Some(a), Some(b)) => im = im.around(&tokenizer, a, b)?,
+                (None, None) => {}
+                _ => {
+                    return Err(Error::Spec {
+                        path: self.file.clone(),
+                        message: "[tokenize] image_start and image_end go together: give both or neither".into(),
+                    });
+                }
             }
             op = op.images(im);
         }

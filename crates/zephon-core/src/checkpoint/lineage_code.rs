@@ -439,7 +439,7 @@ mod tests {
         }
         let err = decode(&s.concat(), &mut far, Some(&streams)).unwrap_err();
         assert!(err.contains("before the lane's input began"), "{err}");
-        // A lane the run does not have (found by fuzzing: it reached the chunk deal).
+        // A lane the run does not have: refused before its cursor reaches the chunk deal.
         let mut lanes = vec![state(1, Cursor { chunk: 3, offset: 20 }, vec![], vec![])];
         let bytes = encode(&mut lanes, Some(&streams)).unwrap();
         lanes[0].lane = Lane(4);

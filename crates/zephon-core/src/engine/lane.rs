@@ -428,7 +428,7 @@ impl LaneRun {
             }
         }
         // The plan is read through `self` each time, not through a clone of its `Arc`: a clone
-        // per call wrote the count that every worker shares.
+        // per call would write the reference count that every worker shares.
         let has_pre = self.plan.stages.get(k + 1).is_some_and(|s| !s.pre.is_empty());
         for r in out.drain(..) {
             if !has_pre {

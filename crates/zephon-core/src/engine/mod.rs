@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::checkpoint::{self, LaneState, LaneStreams, RunFingerprint, Skips};
+use crate::checkpoint::{self, LaneState, LaneStreams, Loaded, RunFingerprint, Skips, SplitCheckpoint};
 use crate::error::{Error, Result};
 use crate::id::{Lane, Step};
 use crate::operator::LaneContext;
@@ -91,13 +91,56 @@ impl Engine {
     /// the accumulators held, and continues exactly as the uninterrupted run would.
     pub fn restore(spec: RunSpec, topology: Topology, opts: ExecOptions, dir: &Path) -> Result<Engine> {
         opts.check()?;
-        let plan = Arc::new(Plan::new(spec.operators.clone()));
-        let fingerprint = spec.fingerprint(&topology);
         let owned: Vec<Lane> = topology.owned_lanes().collect();
         let streams = LaneStreams::new(spec.source.clone(), topology.lanes());
-        let loaded = checkpoint::load(dir, &fingerprint, &spec.notes(), &owned, &streams)?;
+        let loaded = checkpoint::load(dir, &spec.fingerprint(&topology), &spec.notes(), &owned, &streams)?;
+        Engine::resume(spec, topology, opts, loaded, &dir.display().to_string())
+    }
+
+    /// Continues a run from a split checkpoint (a run part and a part per lane, as a trainer's
+    /// distributed checkpoint hands them to this rank), at this topology's world size and rank.
+    /// `key` names a lane's part in errors as the caller stores it.
+    pub fn restore_split(
+        spec: RunSpec,
+        topology: Topology,
+        opts: ExecOptions,
+        split: &SplitCheckpoint,
+        key: &dyn Fn(Lane) -> String,
+    ) -> Result<Engine> {
+        opts.check()?;
+        let owned: Vec<Lane> = topology.owned_lanes().collect();
+        let streams = LaneStreams::new(spec.source.clone(), topology.lanes());
+        let loaded = SplitCheckpoint::load(
+            &split.run,
+            &split.lanes,
+            &spec.fingerprint(&topology),
+            &spec.notes(),
+            &owned,
+            &streams,
+            key,
+        )?;
+        Engine::resume(spec, topology, opts, loaded, "the split checkpoint")
+    }
+
+    /// The split checkpoint of this rank's lanes before the first step, without starting the
+    /// run: what a trainer's checkpoint store asks for as the template it loads into.
+    pub fn initial_split(spec: &RunSpec, topology: &Topology, opts: &ExecOptions) -> Result<SplitCheckpoint> {
+        opts.check()?;
+        let plan = Arc::new(Plan::new(spec.operators.clone()));
+        let states: Vec<LaneState> = lane_setups(spec, &plan, topology, opts)?
+            .into_iter()
+            .map(|s| LaneRun::new(s, 0).snapshot_now().state())
+            .collect();
+        let mut metadata = spec.notes();
+        metadata.extend(spec.metadata.clone());
+        let streams = LaneStreams::new(spec.source.clone(), topology.lanes());
+        SplitCheckpoint::encode(&spec.fingerprint(topology), &metadata, 0, topology.lanes(), states, Some(&streams))
+    }
+
+    fn resume(spec: RunSpec, topology: Topology, opts: ExecOptions, loaded: Loaded, whole: &str) -> Result<Engine> {
+        let plan = Arc::new(Plan::new(spec.operators.clone()));
         let setups = lane_setups(&spec, &plan, &topology, &opts)?;
-        let mismatch = |m: String| Error::CheckpointMismatch { dir: dir.to_path_buf(), message: m };
+        let mismatch = |m: String| Error::CheckpointMismatch { dir: whole.into(), message: m };
         for st in &loaded.lanes {
             if st.accumulators.len() != plan.stages.len() {
                 return Err(mismatch(format!(
@@ -178,8 +221,8 @@ impl Engine {
             total_window,
             // Units shrink when lanes are many (beyond 128): a lane that pauses inside a unit
             // keeps the rest of it tokenized until the consumer catches up, one unit per lane.
-            // At L = 1024 (one row a lane a step) 16-sample units held ~15 MiB more at the
-            // first batches than 2-sample ones; 8 do not slow L = 256 (`benches/lanes.sh`).
+            // At L = 1024 (one row a lane a step) 16-sample units hold ~15 MiB more at the
+            // first batches than 2-sample ones, and 8 do not slow L = 256 (`benches/lanes.sh`).
             // Units only divide work: the data is the same at any size.
             unit_cap: (128 * opts.unit_samples / n.max(1)).clamp(1, opts.unit_samples),
             consumed: std::sync::atomic::AtomicU64::new(next_step),
@@ -399,9 +442,9 @@ impl Engine {
         LaneStreams::new(self.shared.source.clone(), self.shared.topology.lanes())
     }
 
-    /// Writes this rank's lanes' states after the last delivered step into `dir` (one file,
-    /// atomically). Every rank writes its own file into the same directory; no coordination.
-    pub fn checkpoint(&self, dir: &Path) -> Result<PathBuf> {
+    /// The lanes' snapshots after the last delivered step; an error naming the setting when the
+    /// run took none there.
+    fn snapshots(&self) -> Result<&[Snapshot]> {
         let Some(states) = &self.states else {
             let every = match self.shared.opts.snapshot_every {
                 u64::MAX => "never (ExecOptions::snapshot_every is u64::MAX)".to_string(),
@@ -412,6 +455,12 @@ impl Engine {
                 self.next_step.saturating_sub(1)
             )));
         };
+        Ok(states)
+    }
+
+    /// Writes this rank's lanes' states after the last delivered step into `dir` (one file,
+    /// atomically). Every rank writes its own file into the same directory; no coordination.
+    pub fn checkpoint(&self, dir: &Path) -> Result<PathBuf> {
         let t = &self.shared.topology;
         checkpoint::write(
             dir,
@@ -420,9 +469,44 @@ impl Engine {
             self.next_step,
             t.world_size(),
             t.rank(),
-            states.iter().map(Snapshot::state).collect(),
+            self.snapshots()?.iter().map(Snapshot::state).collect(),
             Some(&self.streams()),
         )
+    }
+
+    /// This rank's lanes after the last delivered step as a split checkpoint: one run part, the
+    /// same on every rank, and one part per lane (see [`SplitCheckpoint`]).
+    pub fn checkpoint_split(&self) -> Result<SplitCheckpoint> {
+        let states = self.snapshots()?.iter().map(Snapshot::state).collect();
+        SplitCheckpoint::encode(
+            &self.fingerprint,
+            &self.metadata,
+            self.next_step,
+            self.shared.topology.lanes(),
+            states,
+            Some(&self.streams()),
+        )
+    }
+
+    /// Waits at most `timeout` until [`Engine::next_step`] would return without waiting (the
+    /// step is made, the data has ended, or a lane failed); whether it would. Lets a caller
+    /// that must stay responsive (to a signal, say) wait in slices.
+    pub fn wait_ready(&self, timeout: std::time::Duration) -> bool {
+        let sh = &*self.shared;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut g = lock(&sh.sched);
+        loop {
+            if g.fault.is_some() || g.behind == 0 {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g.consumer_waiting = true;
+            g = sh.step_cv.wait_timeout(g, deadline - now).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            g.consumer_waiting = false;
+        }
     }
 }
 

@@ -127,8 +127,8 @@ pub(crate) struct Sched {
     /// Lanes waiting for a unit: those that had not made the step the consumer waits for
     /// when queued, served first, then those already past it (prefetching). With L as large
     /// as the rows of a step, one document is several steps of a lane; served in one round,
-    /// lanes far ahead took turns while others had not made the first step, and the first
-    /// batch waited for the prefetch of every lane (5.7× the samples L = 8 read before it).
+    /// lanes far ahead would take turns while others have not made the first step, and the
+    /// first batch would wait for the prefetch of every lane.
     pub(crate) queue: VecDeque<usize>,
     pub(crate) ahead: VecDeque<usize>,
     pub(crate) consumed: u64,
@@ -324,7 +324,7 @@ impl Sched {
             }
             // A lane's first units are small (1, 2, 4, ... samples, up to `unit_samples`): the
             // first step needs only a row or two a lane, and with as many lanes as rows, whole
-            // first units tokenized 4x what the first step used. Units only divide work; the
+            // first units would tokenize 4x what the first step uses. Units only divide work; the
             // data is the same at any size.
             let size = shared.unit_cap.min(1 << d.seq.min(20));
             let end = (start + size).min(len);

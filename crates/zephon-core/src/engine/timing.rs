@@ -44,8 +44,8 @@ pub(crate) struct LaneTimes {
 
 /// Which calls of a frequent part get timed, and by what the time is scaled: each of the first
 /// few calls, then one in 16. Two clock reads cost about as much as the digest or snapshot of a
-/// one-row lane step, or an identity operator on one record: timing each of them took a fifth
-/// of the executor's time. Timing never changes data.
+/// one-row lane step, or an identity operator on one record: timing each of them would take a
+/// fifth of the executor's time. Timing never changes data.
 pub(crate) struct Sampler {
     calls: u64,
     first: u64,
@@ -53,7 +53,7 @@ pub(crate) struct Sampler {
 
 impl Default for Sampler {
     /// A lane's: its first 4 calls, then one in 16 (with as many lanes as rows, a lane makes
-    /// few steps in a short run, and timing its first 64 timed a quarter of them).
+    /// few steps in a short run, and timing its first 64 would time a quarter of them).
     fn default() -> Self {
         Sampler::first(4)
     }

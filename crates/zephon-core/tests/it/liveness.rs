@@ -1,7 +1,7 @@
 //! A run never waits for ever. Lanes that race ahead pause with units they have not drained;
-//! those count against the executor's window of work in flight, and once they filled it, the
-//! one lane the consumer waited for got no more work: every thread slept. (Seen on real
-//! corpora of long and very short documents, about one run in five at 2 threads.)
+//! those count against the executor's window of work in flight, and could fill it: if the
+//! window then held back the one lane the consumer waits for, every thread would sleep. The
+//! window never holds that lane back.
 
 use std::sync::Arc;
 use std::sync::mpsc;

@@ -7,3 +7,4 @@ mod invariants;
 mod liveness;
 mod multiprocess;
 mod records;
+mod split;

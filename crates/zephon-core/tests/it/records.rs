@@ -47,9 +47,9 @@ fn the_failing_step_does_not_depend_on_threads() {
     assert_eq!(fail_step(1), fail_step(3));
 }
 
-/// Regression: a lane whose first error had been handed to the consumer's queue went on with
-/// later inputs, and a later bad record replaced the first error (which row was reported then
-/// depended on timing).
+/// A lane stops at its first error, also once that error is in the consumer's queue: no later
+/// input runs and no later bad record replaces it, so which row is reported never depends on
+/// timing.
 #[test]
 fn the_first_bad_record_is_the_one_reported_however_workers_race() {
     // One lane; every document from row 3 on is bad.

@@ -29,7 +29,8 @@ mod row;
 
 pub(crate) use row::{ImagePaths, parse_row};
 
-/// v2: keyed by the full content hash; a leading byte-order mark is not part of row 0.
+/// The index file's format, changed with what an index means: keyed by the full content hash;
+/// a leading byte-order mark is not part of row 0.
 const INDEX_MAGIC: &str = "ZEPHON-JSONL-INDEX v2";
 
 /// The UTF-8 byte-order mark some Windows tools write at the start of a text file.

@@ -294,8 +294,8 @@ fn a_fifo_named_like_a_shard_is_refused_not_waited_on() {
     assert!(err.contains("dataset fifo") && err.contains("not a regular file"), "{err}");
 }
 
-/// A damaged cached index (offsets out of order) is rebuilt, not trusted: trusted, it made a
-/// row of negative length.
+/// A damaged cached index (offsets out of order) is rebuilt, not trusted: trusted, it would
+/// make a row of negative length.
 #[test]
 fn a_damaged_cached_index_is_rebuilt() {
     let tmp = tempfile::tempdir().unwrap();

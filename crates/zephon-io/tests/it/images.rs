@@ -112,7 +112,7 @@ fn hf_parquet_images_are_the_files_bytes_with_their_paths() {
         assert_eq!(images_of(&r), vec![(0, p.bytes.clone(), format!("{}.jpg", p.id))], "{}", p.id);
         assert!(r.get("image").is_none(), "images are attachments, not a field");
     }
-    // Without `images`, rows are what they were: no attachments.
+    // Without `images`, rows carry no attachments.
     let plain = open("hf", &shard, &options(tmp.path(), "caption", &[], None)).unwrap();
     assert!(read_all(plain).iter().all(|r| r.as_ref().unwrap().attachments().is_empty()));
 }

@@ -166,8 +166,8 @@ fn fill_of_wrap_first_fit_and_best_fit_at_2048() {
 }
 
 /// Very short documents (one line of corpus A each, ~5–20 tokens): the default cap on
-/// documents per row (seq_len / 4) leaves best-fit rows full. With the old fixed cap of 64,
-/// rows of 1024 stopped at 64 documents, about 8 % empty.
+/// documents per row (seq_len / 4) leaves best-fit rows full, where a fixed cap of 64 would
+/// stop rows of 1024 at 64 documents, about 8 % empty.
 #[test]
 fn best_fit_fills_rows_of_very_short_documents() {
     let dir = tmp();
@@ -186,7 +186,7 @@ fn best_fit_fills_rows_of_very_short_documents() {
     let fill = tokens as f64 / (rows.len() * 1024) as f64;
     let most_docs = rows.iter().map(|r| r.lineage().fragments().len()).max().unwrap_or(0);
     println!("best-fit fill of 200 rows of 1024 over short documents: {fill:.5}, at most {most_docs} documents a row");
-    assert!(most_docs > 64, "rows hold more than the old cap of 64 documents: {most_docs}");
+    assert!(most_docs > 64, "rows hold more than 64 documents: {most_docs}");
     assert!(fill >= 0.99, "fill {fill}");
 }
 

@@ -75,9 +75,9 @@ fn run_to_end(spec: &zephon::Spec) -> (BTreeMap<zephon::SampleId, Vec<(u32, u32)
 
 /// Under `drop`, laying the open rows out into full rows at the end (the default there)
 /// leaves out less than one global step at L = 1, 3 and 8 and with either kind of chunk, and
-/// less than keeping them as they are (which lost up to 1.7 steps on the bench's full
-/// corpora, `benches/mixture_edges.sh`). Under `partial`, the end laid out either way delivers
-/// every token of every document exactly once, without holes.
+/// less than keeping them as they are (`benches/mixture_edges.sh` compares the two on the full
+/// corpora). Under `partial`, the end laid out either way delivers every token of every
+/// document exactly once, without holes.
 #[test]
 fn best_fit_rows_filled_at_the_end_lose_less_than_a_step_under_drop() {
     let dir = tmp();
@@ -119,14 +119,14 @@ fn best_fit_rows_filled_at_the_end_lose_less_than_a_step_under_drop() {
         }
     }
     // Row for row the two differ by chance (whether a lane's rows come out even); over the
-    // six runs, full last rows leave out less (3,940 against 10,215 tokens when written).
+    // six runs, full last rows leave out less.
     assert!(lost_filled < lost_whole, "filled {lost_filled} against kept whole {lost_whole}");
 }
 
 /// When the end of the stream holds only long documents (whole documents of corpus B, ~7 k
-/// tokens, against a lane's share of a step of 512), largest-first alone left the lanes 10 k
-/// tokens apart and `drop` lost 2.7 steps; moving and swapping documents between lanes brings
-/// them within a few hundred tokens and the loss under a step.
+/// tokens, against a lane's share of a step of 512), largest-first alone leaves the lanes
+/// thousands of tokens apart and `drop` loses steps; moving and swapping documents between
+/// lanes brings them within a few hundred tokens and the loss under a step.
 #[test]
 fn whole_long_documents_at_the_end_are_evened_out_between_lanes() {
     let dir = tmp();

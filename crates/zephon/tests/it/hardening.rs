@@ -286,10 +286,9 @@ fn lanes_cut_off_by_the_end_of_the_data_are_reported() {
 
 /// A long-document dataset (~1,200 tokens each) and a short one (~4), one pass each: once the
 /// short one is used up, chunks of 8 samples are 8 long documents. Dealt whole, the one chunk
-/// of the last, incomplete block made its lane run ~35 rows past the other, which `drop` lost
-/// (38 rows); the last block is now cut into one piece per lane of equal estimated tokens.
-/// Chunks of ~2048 estimated tokens keep the lanes within a chunk or two (10 rows, 19 once
-/// the estimates counted each document's EOS and the cuts moved). What remains is not bounded
+/// of the last, incomplete block would make its lane run ~35 rows past the other, which `drop`
+/// would lose; so the last block is cut into one piece per lane of equal estimated tokens.
+/// Chunks of ~2048 estimated tokens keep the lanes within a chunk or two. What remains is not bounded
 /// by one step: each chunk boundary falls between whole documents (a chunk holds one or two
 /// of these ~1,200-token ones), and estimates miss the spread of document lengths; those add
 /// up per lane.

@@ -6,6 +6,7 @@ mod hardening;
 mod pretokenized;
 mod shares;
 mod spec;
+mod spec_reference;
 
 use std::path::{Path, PathBuf};
 

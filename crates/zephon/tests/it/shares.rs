@@ -125,11 +125,11 @@ fn no_dataset_runs_ahead_of_its_share_by_more_than_the_bound_at_any_step() {
 }
 
 /// With a shuffle buffer of 64 rows after the packer (the usual pipeline), its random order
-/// moved each lane's shares by a few rows' worth of tokens around the packer's: 2× the bound
-/// at one lane. The buffer now keeps the shares too (a row that would put a dataset more than
-/// the slack ahead waits), so the bound holds at every step at 1, 4 and 16 lanes, on both
-/// tokenizer paths. Its state (what it emitted) is in the checkpoint with ensure_mixture's: a
-/// run resumed on another world size delivers the same steps.
+/// alone would move each lane's shares by a few rows' worth of tokens around the packer's (up
+/// to 2× the bound at one lane). The buffer keeps the shares too (a row that would put a
+/// dataset more than the slack ahead waits), so the bound holds at every step at 1, 4 and 16
+/// lanes, on both tokenizer paths. Its state (what it emitted) is in the checkpoint with
+/// ensure_mixture's: a run resumed on another world size delivers the same steps.
 #[test]
 fn after_a_shuffle_buffer_the_bound_holds_at_any_lane_count_and_across_a_resume() {
     let dir = tmp();
@@ -191,8 +191,8 @@ fn token_estimates_count_the_tokens_tokenize_adds_to_every_document() {
 
 /// A packer that truncates (and so tokenize, by default) keeps 1,024 tokens of a ~3,500-token
 /// document. The plan counts what truncation keeps, so the delivered shares match the targets
-/// without ensure_mixture; planned by whole documents, the long dataset got about a third of
-/// its share. Over 200 steps.
+/// without ensure_mixture; planned by whole documents, the long dataset would get about a
+/// third of its share. Over 200 steps.
 #[test]
 fn a_truncating_pipeline_plans_the_tokens_truncation_keeps() {
     let dir = tmp();

@@ -180,3 +180,19 @@ fn ensure_mixture_under_redistribute_is_warned_about_before_the_run() {
     assert!(with("repeat", true).is_empty());
     assert!(with("redistribute", false).is_empty());
 }
+
+/// Settings that contradict the algorithm or have nothing to act on are refused.
+#[test]
+fn contradicting_or_idle_settings_are_refused() {
+    let one = spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"one_per_row\"\nseq_len = 512\nmax_segments = 4\n");
+    let e = parse(&one).pipeline().err().unwrap().to_string();
+    assert!(e.contains("one_per_row") && e.contains("max_segments = 4"), "{e}");
+    let ok = spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"one_per_row\"\nseq_len = 512\nmax_segments = 1\n");
+    assert!(parse(&ok).pipeline().is_ok());
+    let marker = spec_text("jsonl", 8, 16, "", PACK).replace("[tokenize]\n", "[tokenize]\nimage_token = \"<image>\"\n");
+    let e = Spec::parse(&marker, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("image_token") && e.contains("no [images] table"), "{e}");
+    let images = spec_text("jsonl", 8, 16, "", PACK).replacen("share = 0.5", "share = 0.5\nimages = \"image\"", 1);
+    let e = Spec::parse(&images, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("dataset a") && e.contains("[images]"), "{e}");
+}

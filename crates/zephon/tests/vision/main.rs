@@ -269,3 +269,40 @@ fn bad_images_name_dataset_shard_row_and_image_or_are_counted_skips() {
     let report = l.report();
     assert_eq!(report.datasets[0].skipped, rows.len() as u64, "{report:?}");
 }
+
+/// An `[images]` or `[tokenize]` setting that would have no effect is refused with its key,
+/// never ignored.
+#[test]
+fn image_settings_without_effect_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = spec(dir.path(), 2, 2, "", "threads = 1");
+    let text = |images: &str, tokenize_extra: &str| {
+        let tok = tokenizer_with_image_token(dir.path());
+        let data = zephon_testkit::testdata().join("images/captioned/parquet");
+        format!(
+            "lanes = 2\nrows_per_step = 2\n[[dataset]]\nname = \"c\"\npath = \"{}\"\nweight = 1.0\ntext_field = \
+             \"caption\"\nimages = \"image\"\n[images]\n{images}\n[tokenize]\ntokenizer = \"{}\"\nimage_token = \
+             \"<image>\"\n{tokenize_extra}\n[pack]\nalgorithm = \"wrap\"\nseq_len = 96\n",
+            data.display(),
+            tok.display()
+        )
+    };
+    assert!(base.pipeline().is_ok());
+    for (images, extra, want) in [
+        ("fit = \"stretch\"", "", "fit applies to a fixed size"),
+        ("size = 56\ndynamic_pixels = [3136, 12544]", "", "not both"),
+        ("layout = \"chw\"\npatch = 16\ntokens = 4", "", "needs layout = \"vit\""),
+        ("preset = \"qwen2_vl\"\npatch = 16", "", "needs layout = \"vit\""),
+        ("size = 56", "image_start = \"<|endoftext|>\"", "image_start and image_end go together"),
+    ] {
+        let spec = Spec::parse(&text(images, extra), "v.toml", "/".as_ref()).unwrap();
+        let e = spec.pipeline().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(want), "{images} / {extra}: {e}");
+    }
+    // A patch size on the preset's ViT layout is taken, not ignored: it changes the tokens.
+    let patches = |images: &str| {
+        let spec = Spec::parse(&text(images, ""), "v.toml", "/".as_ref()).unwrap();
+        spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap()
+    };
+    assert_ne!(patches("size = 56"), patches("size = 56\npatch = 8"));
+}
