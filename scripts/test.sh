@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, second command): fetch and verify the real test data
-# (cached; a few seconds when current), then run every test of the workspace.
+# (cached; a few seconds when current), then run every test of the workspace and of the
+# Python wheel (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -10,10 +11,13 @@ bash scripts/fetch-testdata.sh "$ZEPHON_TESTDATA"
 # Tests that need the fetched data fail (not skip) when it is missing; this says so.
 export ZEPHON_REQUIRE_TESTDATA=1
 
+# The workspace's default members: every crate but the Python wheel, whose tests follow.
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace --no-fail-fast
+    cargo nextest run --no-fail-fast
 else
-    cargo test --workspace --no-fail-fast --lib --bins --tests --examples
+    cargo test --no-fail-fast --lib --bins --tests --examples
 fi
 # nextest does not run doctests.
-cargo test --workspace --doc
+cargo test --doc
+
+bash scripts/test-python.sh

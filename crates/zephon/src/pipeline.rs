@@ -4,7 +4,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use zephon_core::{
-    BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, SplitCheckpoint, Tail, Topology, checkpoint,
+    BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, SplitCheckpoint, Tail, Topology,
+    checkpoint,
 };
 use zephon_mix::{Balance, EnsureMixture, Exhaustion, MixtureSource, Shuffle, TokenEstimate, weights_for_token_shares};
 use zephon_pack::Pack;

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{EXTENSION, Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint_diff, lineage_code, seal};
+use super::{
+    EXTENSION, Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint_diff, lineage_code, seal,
+};
 use crate::error::{Error, Result};
 use crate::id::Lane;
 
@@ -291,4 +293,3 @@ pub fn load(
     }
     gathered.finish(wanted)
 }
-

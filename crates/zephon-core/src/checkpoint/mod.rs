@@ -188,10 +188,8 @@ impl Gathered {
         for st in lanes {
             if let Some((prev, prev_origin)) = self.found.get(&st.lane) {
                 if *prev != st {
-                    return Err(self.mismatch(format!(
-                        "{} is in both {prev_origin} and {origin} with different states",
-                        st.lane
-                    )));
+                    return Err(self
+                        .mismatch(format!("{} is in both {prev_origin} and {origin} with different states", st.lane)));
                 }
                 continue;
             }

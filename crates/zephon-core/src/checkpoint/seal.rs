@@ -50,7 +50,8 @@ pub(super) fn unseal(magic: &str, what: &str, bytes: &[u8]) -> Result<Vec<u8>, S
     if format != FORMAT_VERSION.to_string() {
         return Err(format!("format version {format}, this build reads version {FORMAT_VERSION}"));
     }
-    let length: usize = field(line("length")?, "length")?.parse().map_err(|_| "the length is not a number".to_string())?;
+    let length: usize =
+        field(line("length")?, "length")?.parse().map_err(|_| "the length is not a number".to_string())?;
     let sum = field(line("sha256")?, "sha256")?;
     if rest.len() != length {
         return Err(format!("{} body bytes, the header says {length} (truncated or appended to)", rest.len()));

@@ -136,7 +136,8 @@ impl SplitCheckpoint {
         gathered.add("the run part", saved.next_step, Vec::new())?;
         for part in lanes.iter().filter(|p| wanted.contains(&p.lane)) {
             let name = key(part.lane);
-            let raw = seal::unseal(LANE_MAGIC, "a zephon lane part", &part.bytes).map_err(|m| bad(format!("{name}: {m}")))?;
+            let raw =
+                seal::unseal(LANE_MAGIC, "a zephon lane part", &part.bytes).map_err(|m| bad(format!("{name}: {m}")))?;
             let (json, lineage) = seal::split(&raw).map_err(|m| bad(format!("{name}: {m}")))?;
             let body: LaneBody =
                 serde_json::from_slice(json).map_err(|e| bad(format!("{name} does not decode: {e}")))?;

@@ -22,8 +22,9 @@ fn key(l: Lane) -> String {
 /// checkpoint merged as a store would: one run part (the ranks' must be equal) and every lane's
 /// part.
 fn run_and_split(spec: &RunSpec, w: u32, steps: u64) -> (Vec<Digest>, SplitCheckpoint) {
-    let mut engines: Vec<Engine> =
-        (0..w).map(|r| Engine::start(spec.clone(), Topology::new(LANES, ROWS, w, r).unwrap(), opts(2, 3, 2)).unwrap()).collect();
+    let mut engines: Vec<Engine> = (0..w)
+        .map(|r| Engine::start(spec.clone(), Topology::new(LANES, ROWS, w, r).unwrap(), opts(2, 3, 2)).unwrap())
+        .collect();
     let fps = steps_of(&mut engines, steps);
     let splits: Vec<SplitCheckpoint> = engines.iter().map(|e| e.checkpoint_split().unwrap()).collect();
     for s in &splits {
@@ -38,7 +39,9 @@ fn steps_of(engines: &mut [Engine], steps: u64) -> Vec<Digest> {
         .map(|_| {
             let digests: Vec<Digest> = engines
                 .iter_mut()
-                .flat_map(|e| e.next_step().unwrap().expect("the data repeats").lane_digests().map(|(_, d)| d).collect::<Vec<_>>())
+                .flat_map(|e| {
+                    e.next_step().unwrap().expect("the data repeats").lane_digests().map(|(_, d)| d).collect::<Vec<_>>()
+                })
                 .collect();
             step_fingerprint(&digests)
         })
@@ -49,7 +52,10 @@ fn steps_of(engines: &mut [Engine], steps: u64) -> Vec<Digest> {
 fn restore(spec: &RunSpec, w: u32, rank: u32, all: &SplitCheckpoint) -> Result<Engine> {
     let t = Topology::new(LANES, ROWS, w, rank).unwrap();
     let owned: Vec<Lane> = t.owned_lanes().collect();
-    let mine = SplitCheckpoint { run: all.run.clone(), lanes: all.lanes.iter().filter(|p| owned.contains(&p.lane)).cloned().collect() };
+    let mine = SplitCheckpoint {
+        run: all.run.clone(),
+        lanes: all.lanes.iter().filter(|p| owned.contains(&p.lane)).cloned().collect(),
+    };
     Engine::restore_split(spec.clone(), t, opts(1, 3, 1), &mine, &key)
 }
 
@@ -90,7 +96,8 @@ fn the_initial_split_restores_to_the_start() {
         .map(|r| Engine::initial_split(&spec, &Topology::new(LANES, ROWS, 2, r).unwrap(), &opts(2, 3, 2)).unwrap())
         .collect();
     assert_eq!(parts[0].run, parts[1].run);
-    let all = SplitCheckpoint { run: parts[0].run.clone(), lanes: parts.iter().flat_map(|s| s.lanes.clone()).collect() };
+    let all =
+        SplitCheckpoint { run: parts[0].run.clone(), lanes: parts.iter().flat_map(|s| s.lanes.clone()).collect() };
     assert_eq!(all.lanes.len(), LANES as usize);
     let mut engines: Vec<Engine> = (0..4).map(|r| restore(&spec, 4, r, &all).unwrap()).collect();
     assert_eq!(steps_of(&mut engines, 4), reference);

@@ -28,19 +28,16 @@ fn spec_keys() -> BTreeSet<(String, String)> {
     for top in fields("Spec") {
         // A table is a key of the top level too (the page lists `dataset`, `source`, ...).
         keys.insert((String::new(), top.name.clone()));
-        match table(&top.value).filter(|n| matches!(registry.get(*n), Some(ContainerFormat::Struct(_)))) {
-            Some(ty) => {
-                for f in fields(ty) {
-                    assert!(
-                        table(&f.value).is_none_or(|n| !matches!(registry.get(n), Some(ContainerFormat::Struct(_)))),
-                        "[{}] {} is a nested table: extend this test and the page's format",
-                        top.name,
-                        f.name
-                    );
-                    keys.insert((top.name.clone(), f.name));
-                }
+        if let Some(ty) = table(&top.value).filter(|n| matches!(registry.get(*n), Some(ContainerFormat::Struct(_)))) {
+            for f in fields(ty) {
+                assert!(
+                    table(&f.value).is_none_or(|n| !matches!(registry.get(n), Some(ContainerFormat::Struct(_)))),
+                    "[{}] {} is a nested table: extend this test and the page's format",
+                    top.name,
+                    f.name
+                );
+                keys.insert((top.name.clone(), f.name));
             }
-            None => {}
         }
     }
     keys
@@ -77,7 +74,10 @@ fn the_spec_reference_lists_every_key_of_the_spec_and_no_other() {
     let page = std::fs::read_to_string(path).expect("docs/guide/spec-reference.md exists");
     let (spec, documented) = (spec_keys(), page_keys(&page));
     let show = |s: &BTreeSet<&(String, String)>| {
-        s.iter().map(|(t, k)| if t.is_empty() { k.clone() } else { format!("[{t}] {k}") }).collect::<Vec<_>>().join(", ")
+        s.iter()
+            .map(|(t, k)| if t.is_empty() { k.clone() } else { format!("[{t}] {k}") })
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let undocumented: BTreeSet<_> = spec.difference(&documented).collect();
     let unknown: BTreeSet<_> = documented.difference(&spec).collect();
