@@ -27,7 +27,7 @@ fn main() -> zephon::Result<()> {
         .eos("<|endoftext|>")?
         .long_documents(LongDocuments::Split { max_tokens: 2048 })?;
     let pack = Pack::new(PackConfig { pad_id: 50256, ..PackConfig::new(Algorithm::BestFit { bins: 32 }, 2048) })?;
-    let pipeline = Pipeline::new(mixture).tokenize(tokenize).ensure_mixture(4096, 256).pack(pack).shuffle(8).seed(1234);
+    let pipeline = Pipeline::new(mixture).tokenize(tokenize).ensure_mixture(4096).pack(pack).shuffle(8).seed(1234);
 
     // 8 lanes, 16 rows of 2048 tokens per global step; this process's rank from the launcher.
     let topology = Topology::from_env(8, 16)?;

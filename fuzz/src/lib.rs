@@ -38,7 +38,10 @@ fn datasets() -> Datasets {
 pub fn run_spec() -> RunSpec {
     let pack = Pack::new(PackConfig { max_segments: 6, ..PackConfig::new(Algorithm::BestFit { bins: 3 }, 48) })
         .expect("valid settings");
-    let ensure = EnsureMixture::new(&[0.5, 0.5], 24, 6).expect("valid settings").standing_stock(pack.holds_positions());
+    let ensure = EnsureMixture::new(&[0.5, 0.5], 24)
+        .and_then(|e| e.hold(6))
+        .expect("valid settings")
+        .standing_stock(pack.holds_positions());
     let ops = Operators::new().then(ByteTokenize).then(ensure).then(pack).then(ShuffleBuffer { size: 3 });
     spec(datasets(), ops, 4, 1000, Tail::Drop)
 }
@@ -68,7 +71,9 @@ pub fn file_bytes(raw: &[u8]) -> Vec<u8> {
 /// Writes checkpoints of the run after 3 steps at world size 2 into `dir` (one file a rank).
 pub fn write_checkpoint(dir: &Path) {
     let mut engines: Vec<Engine> = (0..2)
-        .map(|r| Engine::start(run_spec(), Topology::new(LANES, ROWS, 2, r).expect("valid"), opts(1, 2, 1)).expect("starts"))
+        .map(|r| {
+            Engine::start(run_spec(), Topology::new(LANES, ROWS, 2, r).expect("valid"), opts(1, 2, 1)).expect("starts")
+        })
         .collect();
     let mut held = 0;
     for e in &mut engines {

@@ -69,7 +69,9 @@ mod topology;
 pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
 pub use batch::{Batch, Column, ColumnData, Ragged, RaggedLayout};
 pub use buffer::Buffer;
-pub use checkpoint::{Cursor, LanePart, LaneState, RunFingerprint, SkipTally, Skips, SplitCheckpoint, TailDropped};
+pub use checkpoint::{
+    Cursor, LanePart, LaneState, RunFingerprint, SkipTally, Skips, SplitCheckpoint, SteerState, TailDropped,
+};
 pub use digest::{Digest, Hasher};
 pub use encoding::{ENCODING_VERSION, encode_record};
 pub use engine::{BadRecords, Engine, ExecOptions, Held, RunSpec, StageTime, Tail};
@@ -84,7 +86,8 @@ pub use pretokenized::PreTokenized;
 pub use record::{Attachment, Field, Record, Value, safe_cut, slice_attachments};
 pub use rng::{Permutation, Rng, RngKey};
 pub use source::{
-    Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, WorkSource, deal_chunk,
+    Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, Steering, WorkSource,
+    deal_chunk,
 };
 pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
 pub use topology::{RankEnv, Topology};

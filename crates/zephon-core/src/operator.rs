@@ -197,6 +197,15 @@ pub trait Accumulator: Send {
     fn next_stage_out(&mut self, record: &Record) {
         let _ = record;
     }
+
+    /// The lane will read no more of dataset `dataset`: a steered lane ([`crate::Steering`])
+    /// ran out of it and reads the others (an accumulator holding a dataset's share, such as
+    /// `ensure_mixture`, then shares the targets among those left). Called between pushes, at
+    /// a point of the lane's stream that is the same on every topology; what it changes is
+    /// state ([`Accumulator::export`] must include it).
+    fn dataset_ended(&mut self, dataset: u32) {
+        let _ = dataset;
+    }
 }
 
 /// Access, during restore, to the records that reached an accumulator.

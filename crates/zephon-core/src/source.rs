@@ -196,6 +196,37 @@ pub trait WorkSource: Send + Sync {
     fn describe(&self) -> String {
         self.fingerprint()
     }
+
+    /// The closed loop of a source that steers each lane by what it delivered (see
+    /// [`Steering`]); `None` for a position-addressed source (the default), whose lanes read
+    /// [`WorkSource::chunk`].
+    fn steering(&self) -> Option<&dyn Steering> {
+        None
+    }
+}
+
+/// A work source whose lanes choose which dataset to read next by a closed loop on the tokens
+/// each lane delivered: the dataset of a lane's next chunk is a pure function of the lane's
+/// own history, and within a dataset a lane's `k`-th chunk is position-addressed.
+///
+/// The engine keeps, per lane, the tokens it delivered of each dataset (the positions its
+/// inputs made, counted in order as the lane pushes them) and the index of its next chunk of
+/// each dataset; when the lane has pushed a chunk whole, it asks [`Steering::next_dataset`]
+/// for the next. That state is a few integers a dataset and travels in the lane's checkpoint
+/// ([`crate::checkpoint::SteerState`]), so a restore seeks in O(1) and replays nothing, and
+/// since it depends on the lane's stream alone it is the same at every world size and thread
+/// count.
+pub trait Steering: Send + Sync {
+    /// Number of datasets.
+    fn datasets(&self) -> u32;
+
+    /// Lane `lane`'s `k`-th chunk of dataset `d` in a run of `lanes` lanes, or `None` when
+    /// the lane has no more of that dataset (it then has none for any larger `k`).
+    fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> Result<Option<Chunk>, String>;
+
+    /// The dataset a lane reads next, given the tokens it delivered of each dataset and which
+    /// datasets it has no more chunks of; `None` when the lane's input ends.
+    fn next_dataset(&self, delivered: &[u64], exhausted: &[bool]) -> Option<u32>;
 }
 
 /// An in-memory dataset of named fields, for tests and examples.

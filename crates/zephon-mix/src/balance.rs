@@ -44,6 +44,9 @@ pub(crate) struct TailPlan {
     pub pieces: Vec<Vec<SampleId>>,
     /// Estimated tokens of the lane with the fewest and of the lane with the most.
     pub spread: (u64, u64),
+    /// Each lane's tokens of the whole stream, as planned (without the offset it was planned
+    /// against).
+    pub totals: Vec<u64>,
 }
 
 impl TailPlan {
@@ -64,7 +67,9 @@ impl TailPlan {
 
 /// The plan for `lanes` lanes, given the estimated tokens of every chunk (`chunk_tokens[g]`),
 /// the deal (`deal(lane, n)`, a global chunk index) and the stream's end (`stream(g)`: the
-/// samples from the start of chunk `g` to the end, with their estimated tokens).
+/// samples from the start of chunk `g` to the end, with their estimated tokens). `offset[l]`
+/// is what lane l holds already from elsewhere (other datasets' streams of a steered mixture):
+/// the plan evens out the lanes' totals with it.
 ///
 /// The deal is kept up to the latest block `b` from which the rest can top every lane up to
 /// the one holding the most, and one block more, so that the last documents placed are
@@ -78,10 +83,11 @@ pub(crate) fn plan(
     chunk_tokens: &[u64],
     deal: impl Fn(u32, u64) -> u64,
     stream: impl Fn(u64) -> (Vec<SampleId>, Vec<u64>),
+    offset: &[u64],
 ) -> TailPlan {
     let l = u64::from(lanes);
     let full = chunk_tokens.len() as u64 / l;
-    let mut held: Vec<u64> = vec![0; lanes as usize];
+    let mut held: Vec<u64> = (0..lanes as usize).map(|i| offset.get(i).copied().unwrap_or(0)).collect();
     for n in 0..full {
         for (lane, h) in held.iter_mut().enumerate() {
             *h += chunk_tokens[deal(lane as u32, n) as usize];
@@ -123,6 +129,8 @@ pub(crate) fn plan(
     }
     even_out(&mut shares, &mut totals, &tokens);
     let spread = (totals.iter().copied().min().unwrap_or(0), totals.iter().copied().max().unwrap_or(0));
+    let own: Vec<u64> =
+        totals.iter().enumerate().map(|(i, t)| t.saturating_sub(offset.get(i).copied().unwrap_or(0))).collect();
     let pieces = shares
         .into_iter()
         .map(|mut idx| {
@@ -130,7 +138,7 @@ pub(crate) fn plan(
             idx.into_iter().map(|i| samples[i]).collect()
         })
         .collect();
-    TailPlan { lanes, block, pieces, spread }
+    TailPlan { lanes, block, pieces, spread, totals: own }
 }
 
 /// Narrows the gap between the lanes after largest-first: largest first leaves them apart by
@@ -303,6 +311,7 @@ mod tests {
             &chunk_tokens,
             |lane, n| n * u64::from(lanes) + u64::from(lane),
             |g| (ids[from(g)..].to_vec(), tokens[from(g)..].to_vec()),
+            &[],
         )
     }
 

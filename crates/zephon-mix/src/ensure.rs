@@ -4,10 +4,14 @@ use zephon_core::{Accumulator, AccumulatorState, LaneContext, OpError, Operator,
 
 use crate::held::Held;
 
-/// A token-deficit scheduler. It sits after tokenization, before packing, and lets a
-/// document through only while its dataset stays within `slack_tokens` of its target share,
-/// measured on the rows the packer has made. A document that would overshoot is held; held
-/// documents go out, oldest first, as soon as the other datasets catch up.
+/// A token-share scheduler. It sits after tokenization, before packing, and lets a document
+/// (or a piece of one, split by tokenize) through only while its dataset stays within
+/// `slack_tokens` of its target share, measured on the rows the packer has made. A piece that
+/// would overshoot is held; held pieces go out, oldest first, as soon as the other datasets
+/// catch up. It drops nothing: each lane's work source supplies what it needs, by a closed loop
+/// on the tokens the lane delivered ([`crate::SteeredSource`]), so what it holds stays within
+/// about a chunk and a document. An explicit [`EnsureMixture::hold`] caps it instead, dropping
+/// (and counting) the oldest held piece past the cap.
 ///
 /// Measured at its own output, the shares would lag behind the packer: bins keep short
 /// documents while full rows of long-document pieces leave at once (at 64 bins of 1024, one
@@ -20,12 +24,8 @@ use crate::held::Held;
 /// goes round the buffer's delay and makes the shares swing. The buffer's random order moves
 /// a lane's shares by a few rows' worth of tokens around the packer's.
 ///
-/// The work source already plans sample quotas from token estimates, so supply is close to
-/// the target, and this corrects what estimates cannot know: which documents (short or
-/// long) actually came. If supply is persistently off, the hold queue fills and its oldest
-/// document is dropped: it is counted, and the choice is a pure function of the lane's
-/// stream, so it is the same on every topology. Use it with repeating or large datasets;
-/// with `passes`-limited data it trades exactly-once delivery for exact shares.
+/// When a steered lane runs out of a dataset ([`Accumulator::dataset_ended`]), the others share
+/// the targets in proportion to their shares, as the work source does.
 ///
 /// Long documents make shares lumpy: split them (`LongDocuments::Split`) to at most about
 /// `slack_tokens`. The packer must pass on every token it gets (truncation is allowed for
@@ -34,7 +34,7 @@ use crate::held::Held;
 pub struct EnsureMixture {
     shares: Vec<f64>,
     slack_tokens: u64,
-    hold: usize,
+    hold: Option<usize>,
     /// Tokens by which the stages after this one may hold more of a dataset than its share
     /// for good (packing bins); see [`EnsureMixture::standing_stock`].
     stock_tokens: u64,
@@ -44,26 +44,32 @@ pub struct EnsureMixture {
 }
 
 impl EnsureMixture {
-    /// Target token shares by dataset index (any positive scale), a slack in tokens, and the
-    /// most documents held per lane.
-    pub fn new(shares: &[f64], slack_tokens: u64, hold: usize) -> Result<Self, crate::Error> {
+    /// Target token shares by dataset index (any positive scale) and a slack in tokens.
+    pub fn new(shares: &[f64], slack_tokens: u64) -> Result<Self, crate::Error> {
         let sum: f64 = shares.iter().sum();
         if shares.is_empty() || !sum.is_finite() || sum <= 0.0 || shares.iter().any(|s| !s.is_finite() || *s < 0.0) {
             return Err(crate::Error::Config(format!(
                 "ensure_mixture: shares {shares:?} must be non-negative with a positive sum"
             )));
         }
-        if hold == 0 {
-            return Err(crate::Error::Config("ensure_mixture: hold must be at least 1 document".into()));
-        }
         Ok(EnsureMixture {
             shares: shares.iter().map(|s| s / sum).collect(),
             slack_tokens,
-            hold,
+            hold: None,
             stock_tokens: u64::MAX,
             kept_tokens: u64::MAX,
             field: "tokens".into(),
         })
+    }
+
+    /// Holds at most `documents` a lane (pieces of split documents count one each): past it,
+    /// the oldest held one is dropped and counted. Without it nothing is dropped.
+    pub fn hold(mut self, documents: usize) -> Result<Self, crate::Error> {
+        if documents == 0 {
+            return Err(crate::Error::Config("ensure_mixture: hold must be at least 1 document".into()));
+        }
+        self.hold = Some(documents);
+        Ok(self)
     }
 
     /// How many tokens more than its share of a dataset the next stage (the packer) may hold
@@ -91,7 +97,12 @@ impl Operator for EnsureMixture {
     fn fingerprint(&self) -> String {
         format!(
             "shares={:?} slack_tokens={} hold={} stock_tokens={} kept_tokens={} field={} measured_at=next_stage",
-            self.shares, self.slack_tokens, self.hold, self.stock_tokens, self.kept_tokens, self.field
+            self.shares,
+            self.slack_tokens,
+            self.hold.map_or("none".to_string(), |h| h.to_string()),
+            self.stock_tokens,
+            self.kept_tokens,
+            self.field
         )
     }
 
@@ -101,11 +112,14 @@ impl Operator for EnsureMixture {
             u64::MAX => String::new(),
             t => format!(" beyond a standing stock of {t} tokens"),
         };
+        let hold = match self.hold {
+            None => "drops nothing".to_string(),
+            Some(h) => format!("holds up to {h} documents per lane, then drops the oldest"),
+        };
         format!(
-            "token shares [{}] of what the next stage emits (what it holds counts{stock}), slack {} tokens, holds up to {} documents per lane",
+            "token shares [{}] of what the next stage emits (what it holds counts{stock}), slack {} tokens, {hold}",
             shares.join(", "),
-            self.slack_tokens,
-            self.hold
+            self.slack_tokens
         )
     }
 
@@ -116,6 +130,8 @@ impl Operator for EnsureMixture {
     fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
         let k = self.shares.len();
         Some(Box::new(Deficit {
+            shares: self.shares.clone(),
+            ended: vec![false; k],
             cfg: self.clone(),
             emitted: vec![0; k],
             next_out: vec![0; k],
@@ -129,10 +145,14 @@ impl Operator for EnsureMixture {
 }
 
 /// Counters per dataset in the exported state (see `Deficit::export`).
-const STATE_COUNTERS: usize = 4;
+const STATE_COUNTERS: usize = 5;
 
 struct Deficit {
     cfg: EnsureMixture,
+    /// The targets in force: the configured shares over the datasets the lane still reads.
+    shares: Vec<f64>,
+    /// Per dataset, whether the lane reads no more of it.
+    ended: Vec<bool>,
     /// Tokens emitted per dataset.
     emitted: Vec<u64>,
     /// Tokens per dataset the next stage (the packer) emitted.
@@ -180,8 +200,8 @@ impl Deficit {
     /// datasets' measures sum to zero: one of them is always admissible, so the scheduler
     /// cannot stall with every dataset held.
     /// It grows no easier as `n` grows (the held queue relies on that).
-    fn admissible(ahead: &[f64], cfg: &EnsureMixture, d: usize, n: u64) -> bool {
-        ahead[d] + n as f64 * (1.0 - cfg.shares[d]) <= cfg.slack_tokens as f64
+    fn admissible(ahead: &[f64], shares: &[f64], slack: u64, d: usize, n: u64) -> bool {
+        ahead[d] + n as f64 * (1.0 - shares[d]) <= slack as f64
     }
 
     /// Sets `self.ahead`: per dataset, how far it runs ahead of its share (see
@@ -195,15 +215,27 @@ impl Deficit {
         let held_total: f64 = (0..k).map(held).sum();
         let stock = self.cfg.stock_tokens as f64;
         let raw = |e: usize| {
-            let s = self.cfg.shares[e];
+            let s = self.shares[e];
             let held_over = held(e) - s * held_total;
             out(e) as f64 - s * out_total + held_over.signum() * (held_over.abs() - stock).max(0.0)
         };
         let raw_total: f64 = (0..k).map(raw).sum();
         let mut ahead = std::mem::take(&mut self.ahead);
         ahead.clear();
-        ahead.extend((0..k).map(|e| raw(e) - self.cfg.shares[e] * raw_total));
+        ahead.extend((0..k).map(|e| raw(e) - self.shares[e] * raw_total));
         self.ahead = ahead;
+    }
+
+    /// The configured shares over the datasets not ended, summing to 1 (all of them if every
+    /// dataset ended: the lane is at its end then).
+    fn retarget(&mut self) {
+        let live = |d: usize| !self.ended[d];
+        let sum: f64 = (0..self.shares.len()).filter(|&d| live(d)).map(|d| self.cfg.shares[d]).sum();
+        self.shares = if sum > 0.0 {
+            (0..self.shares.len()).map(|d| if live(d) { self.cfg.shares[d] / sum } else { 0.0 }).collect()
+        } else {
+            self.cfg.shares.clone()
+        };
     }
 
     fn emit(&mut self, d: usize, n: u64, r: Record, out: &mut Vec<Record>) {
@@ -216,8 +248,9 @@ impl Deficit {
     fn release(&mut self, out: &mut Vec<Record>) {
         loop {
             self.measure_ahead();
-            let (ahead, cfg) = (&self.ahead, &self.cfg);
-            let Some((d, n, r)) = self.held.take_oldest_admissible(|d, n| Self::admissible(ahead, cfg, d, n)) else {
+            let (ahead, shares, slack) = (&self.ahead, &self.shares, self.cfg.slack_tokens);
+            let Some((d, n, r)) = self.held.take_oldest_admissible(|d, n| Self::admissible(ahead, shares, slack, d, n))
+            else {
                 return;
             };
             self.emit(d, n, r, out);
@@ -233,7 +266,7 @@ impl Accumulator for Deficit {
         // have made older documents admissible, and they go first.
         self.held.push(d, n, record);
         self.release(out);
-        if self.held.len() > self.cfg.hold
+        if self.cfg.hold.is_some_and(|h| self.held.len() > h)
             && let Some((d, n, _)) = self.held.take_oldest()
         {
             self.dropped_docs[d] += 1;
@@ -262,10 +295,19 @@ impl Accumulator for Deficit {
         }
     }
 
-    /// `values` is the tokens emitted, the documents dropped, the tokens dropped and the tokens
-    /// the next stage emitted, each one number per dataset.
+    fn dataset_ended(&mut self, dataset: u32) {
+        if let Some(e) = self.ended.get_mut(dataset as usize) {
+            *e = true;
+        }
+        self.retarget();
+    }
+
+    /// `values` is the tokens emitted, the documents dropped, the tokens dropped, the tokens
+    /// the next stage emitted and whether the lane reads no more of it, each one number per
+    /// dataset.
     fn export(&self) -> AccumulatorState {
-        let values = [&self.emitted, &self.dropped_docs, &self.dropped_tokens, &self.next_out]
+        let ended: Vec<u64> = self.ended.iter().map(|&e| u64::from(e)).collect();
+        let values = [&self.emitted, &self.dropped_docs, &self.dropped_tokens, &self.next_out, &ended]
             .into_iter()
             .flatten()
             .copied()
@@ -288,7 +330,9 @@ impl Accumulator for Deficit {
         self.emitted = state.values[..k].to_vec();
         self.dropped_docs = state.values[k..2 * k].to_vec();
         self.dropped_tokens = state.values[2 * k..3 * k].to_vec();
-        self.next_out = state.values[3 * k..].to_vec();
+        self.next_out = state.values[3 * k..4 * k].to_vec();
+        self.ended = state.values[4 * k..].iter().map(|&e| e != 0).collect();
+        self.retarget();
         self.held.clear();
         for r in buffered {
             let (d, n) = self.measure(&r)?;
@@ -296,6 +340,20 @@ impl Accumulator for Deficit {
         }
         Ok(())
     }
+}
+
+/// What ensure_mixture holds on one lane, per dataset, read from its exported state (for
+/// reports): `(pieces held, their tokens)` per dataset of `datasets`.
+pub fn held(state: &AccumulatorState, datasets: usize) -> Vec<(u64, u64)> {
+    let mut out = vec![(0u64, 0u64); datasets];
+    for lineage in &state.buffered {
+        let Some(d) = lineage.first_sample().map(|s| s.dataset as usize) else { continue };
+        if let Some(h) = out.get_mut(d) {
+            h.0 += 1;
+            h.1 += lineage.fragments().iter().map(|f| u64::from(f.len())).sum::<u64>();
+        }
+    }
+    out
 }
 
 /// What ensure_mixture has emitted and dropped on one lane, per dataset, read from its exported
@@ -330,8 +388,10 @@ mod tests {
             events in prop::collection::vec((0u32..4, 1u32..300, 0usize..4), 1..300),
             stock in prop_oneof![Just(0u64), Just(512), Just(u64::MAX)],
         ) {
-            let op = EnsureMixture::new(&shares, 256, 8).unwrap().standing_stock(stock);
-            let mut acc = Deficit { cfg: op.clone(), emitted: vec![0; shares.len()], next_out: vec![0; shares.len()],
+            let op = EnsureMixture::new(&shares, 256).unwrap().hold(8).unwrap().standing_stock(stock);
+            let k = shares.len();
+            let mut acc = Deficit { shares: op.shares.clone(), ended: vec![false; k], cfg: op.clone(),
+                emitted: vec![0; shares.len()], next_out: vec![0; shares.len()],
                 this_push: vec![0; shares.len()], ahead: vec![0.0; shares.len()], held: Held::new(shares.len()),
                 dropped_docs: vec![0; shares.len()], dropped_tokens: vec![0; shares.len()] };
             // The next stage: a queue that lets out `out` of its oldest records per event.
@@ -349,7 +409,7 @@ mod tests {
                 let scale: f64 = acc.emitted.iter().sum::<u64>() as f64 + 1.0;
                 prop_assert!(sum.abs() <= 1e-9 * scale, "measures sum to {sum}");
                 let least = (0..shares.len()).min_by(|&a, &b| acc.ahead[a].total_cmp(&acc.ahead[b])).unwrap();
-                let fits = |n: u64| n as f64 * (1.0 - acc.cfg.shares[least]) <= 256.0;
+                let fits = |n: u64| n as f64 * (1.0 - acc.shares[least]) <= 256.0;
                 prop_assert!(
                     !acc.held.in_order().iter().any(|(e, n, _)| *e == least && fits(*n)),
                     "a document of the least-ahead dataset was left held"

@@ -49,11 +49,13 @@ mod interleave;
 mod order;
 mod shuffle;
 mod source;
+mod steer;
 
 pub use balance::{Balance, Measure, row_sizes};
-pub use ensure::{EnsureMixture, dropped};
+pub use ensure::{EnsureMixture, dropped, held};
 pub use error::{Error, Result};
 pub use estimate::{EstimateConfig, ROW_QUANTILES, TokenEstimate, declared, estimate, weights_for_token_shares};
 pub use order::{Order, RowOrder};
 pub use shuffle::Shuffle;
 pub use source::{Exhaustion, MixtureSource, SourceConfig};
+pub use steer::{STEERED_CHUNK_TOKENS, SteeredSource};

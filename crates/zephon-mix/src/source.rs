@@ -106,6 +106,8 @@ pub struct MixtureSource {
     row_tokens: Vec<u64>,
     /// The end of a finite stream shared out by row sizes or tokens.
     tail: Option<TailPlan>,
+    /// The run's index of the first dataset (its samples carry `first + d`).
+    first: u32,
 }
 
 /// Weights are turned into integers with this resolution (exact arithmetic from there on).
@@ -115,6 +117,16 @@ impl MixtureSource {
     /// A source over `manifests` mixed by `weights` (any positive scale; 0 leaves a dataset
     /// out).
     pub fn new(manifests: &[DatasetManifest], weights: &[f64], config: SourceConfig) -> Result<Self> {
+        MixtureSource::numbered_from(manifests, weights, config, 0)
+    }
+
+    /// A source over the one dataset that the run numbers `index` (its samples carry that
+    /// index): one dataset's stream of a steered mixture.
+    pub fn of_dataset(index: u32, manifest: &DatasetManifest, config: SourceConfig) -> Result<Self> {
+        MixtureSource::numbered_from(std::slice::from_ref(manifest), &[1.0], config, index)
+    }
+
+    fn numbered_from(manifests: &[DatasetManifest], weights: &[f64], config: SourceConfig, first: u32) -> Result<Self> {
         if manifests.is_empty() {
             return Err(Error::Config("a mixture needs at least one dataset".into()));
         }
@@ -149,7 +161,7 @@ impl MixtureSource {
         let orders: Vec<DatasetOrder> = manifests
             .iter()
             .enumerate()
-            .map(|(d, man)| DatasetOrder::new(d as u32, man, config.order, config.seed))
+            .map(|(d, man)| DatasetOrder::new(first + d as u32, man, config.order, config.seed))
             .collect();
         let budgets: Vec<Option<u64>> = orders
             .iter()
@@ -170,6 +182,7 @@ impl MixtureSource {
             // Until estimates are given, a row costs its dataset's mean bytes per row.
             row_tokens: manifests.iter().map(|m| (m.bytes() / m.rows().max(1)).max(1)).collect(),
             tail: None,
+            first,
         })
     }
 
@@ -179,12 +192,24 @@ impl MixtureSource {
     /// stored order (shard by shard). Does nothing for an endless stream or under
     /// `Balance::Estimates`. Costs a walk over the whole stream. The source then serves only
     /// `lanes` lanes (another count is an error).
-    pub fn balance_by_rows(mut self, row_tokens: &[Vec<u32>], lanes: u32) -> Result<Self> {
+    pub fn balance_by_rows(self, row_tokens: &[Vec<u32>], lanes: u32) -> Result<Self> {
+        self.balance_against(row_tokens, lanes, &[]).map(|(s, _)| s)
+    }
+
+    /// [`MixtureSource::balance_by_rows`] for lanes that already hold `offset[l]` tokens from
+    /// elsewhere (the other datasets of a steered mixture): the lanes' totals with it even out.
+    /// Also returns each lane's tokens of this stream (empty when nothing was planned).
+    pub(crate) fn balance_against(
+        mut self,
+        row_tokens: &[Vec<u32>],
+        lanes: u32,
+        offset: &[u64],
+    ) -> Result<(Self, Vec<u64>)> {
         let (Some(total), Some(chunks)) = (self.total, self.chunks()) else {
-            return Ok(self);
+            return Ok((self, Vec::new()));
         };
         if self.config.balance == Balance::Estimates {
-            return Ok(self);
+            return Ok((self, Vec::new()));
         }
         if lanes == 0 {
             return Err(Error::Config("a run needs at least one lane".into()));
@@ -205,8 +230,8 @@ impl MixtureSource {
             samples
                 .iter()
                 .map(|s| {
-                    let order = &self.orders[s.dataset as usize];
-                    u64::from(row_tokens[s.dataset as usize][order.stored_row(s) as usize])
+                    let d = (s.dataset - self.first) as usize;
+                    u64::from(row_tokens[d][self.orders[d].stored_row(s) as usize])
                 })
                 .collect()
         };
@@ -221,9 +246,11 @@ impl MixtureSource {
                 let tokens = cost(&samples);
                 (samples, tokens)
             },
+            offset,
         );
+        let totals = plan.totals.clone();
         self.tail = Some(plan);
-        Ok(self)
+        Ok((self, totals))
     }
 
     /// Sets the estimated tokens per row of each dataset that `chunk_tokens` counts (rounded,

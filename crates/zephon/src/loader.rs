@@ -31,12 +31,17 @@ pub struct DatasetReport {
     pub first_skip: Option<String>,
     /// Tokens `ensure_mixture` let through.
     pub mixed_tokens: u64,
-    /// Records `ensure_mixture` dropped because its hold queue overflowed (supply far off the
-    /// target shares): whole documents, or pieces of documents `tokenize` split (the document
-    /// then misses that piece).
+    /// Records `ensure_mixture` dropped because an explicit `hold` cap overflowed: whole
+    /// documents, or pieces of documents `tokenize` split (the document then misses that
+    /// piece). Without a cap nothing is dropped.
     pub dropped_documents: u64,
     /// Their tokens.
     pub dropped_tokens: u64,
+    /// Documents or pieces `ensure_mixture` holds now (at the lanes' last snapshot), waiting
+    /// for the other datasets to catch up: not lost, delivered later.
+    pub held_pieces: u64,
+    /// Their tokens.
+    pub held_tokens: u64,
     /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
     pub tail_dropped_tokens: u64,
     /// The documents (shard, row) those rows held pieces of: each came in part or not at all.
@@ -71,9 +76,8 @@ impl DataReport {
             if d.dropped_documents > 0 {
                 out.push(format!(
                     "dataset {}: ensure_mixture dropped {} documents or pieces of documents split by tokenize \
-                     ({} tokens) to hold the token shares; a split document then misses a piece. A larger \
-                     [ensure_mixture] hold (or hold_total) holds more of them instead of dropping them, for \
-                     memory and checkpoint size",
+                     ({} tokens) past its [ensure_mixture] hold cap; a split document then misses a piece. \
+                     Without hold (or hold_total) nothing is dropped",
                     d.name, d.dropped_documents, d.dropped_tokens
                 ));
             }
@@ -210,12 +214,16 @@ impl Loader {
             }
         }
         if let Some(k) = self.assembled.ensure_stage {
-            for lane in lanes {
-                let per = lane.accumulators.get(k).and_then(zephon_mix::dropped).unwrap_or_default();
+            for state in lanes.iter().filter_map(|l| l.accumulators.get(k)) {
+                let per = zephon_mix::dropped(state).unwrap_or_default();
                 for (r, (emitted, docs, tokens)) in datasets.iter_mut().zip(per) {
                     r.mixed_tokens += emitted;
                     r.dropped_documents += docs;
                     r.dropped_tokens += tokens;
+                }
+                for (r, (pieces, tokens)) in datasets.iter_mut().zip(zephon_mix::held(state, names.len())) {
+                    r.held_pieces += pieces;
+                    r.held_tokens += tokens;
                 }
             }
         }

@@ -81,6 +81,9 @@ pub struct Mixture {
     pub(crate) estimate: EstimateConfig,
     /// The balance asked for; by default `RowTokens` where it can be measured.
     pub(crate) balance: Option<Balance>,
+    /// Whether chunks were asked for by samples ([`Mixture::chunk_size`]): a mixture by token
+    /// shares otherwise cuts each dataset's chunks by estimated tokens.
+    pub(crate) chunks_by_samples: bool,
 }
 
 impl Mixture {
@@ -96,10 +99,13 @@ impl Mixture {
         self
     }
 
-    /// Samples per chunk (the unit dealt to lanes).
+    /// Samples per chunk (the unit dealt to lanes). A mixture by token shares otherwise cuts
+    /// each dataset's chunks by estimated tokens ([`zephon_mix::STEERED_CHUNK_TOKENS`]), which
+    /// keeps each lane's shares within about a chunk of tokens.
     #[must_use]
     pub fn chunk_size(mut self, samples: u32) -> Self {
         self.config.chunk_size = samples;
+        self.chunks_by_samples = true;
         self
     }
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use zephon_core::{
     BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, SplitCheckpoint, Tail, Topology,
-    checkpoint,
+    WorkSource, checkpoint,
 };
-use zephon_mix::{Balance, EnsureMixture, Exhaustion, MixtureSource, Shuffle, TokenEstimate, weights_for_token_shares};
+use zephon_mix::{Balance, EnsureMixture, Exhaustion, MixtureSource, Shuffle, SteeredSource, TokenEstimate};
 use zephon_pack::Pack;
 
 use crate::assembled::Assembled;
@@ -26,7 +26,7 @@ enum Stage {
     Tokenize(Box<zephon_text::Tokenize>),
     EnsureMixture {
         slack_tokens: u64,
-        hold: usize,
+        hold: Option<usize>,
     },
     #[cfg(feature = "vision")]
     Images(zephon_vision::Images),
@@ -50,7 +50,7 @@ enum Stage {
 ///     .dataset(Dataset::new("b", "corpora/b/jsonl").share(0.5));
 /// let mut loader = Pipeline::new(mixture)
 ///     .tokenize(Tokenize::new(tokenizer).eos("<|endoftext|>")?.long_documents(LongDocuments::Split { max_tokens: 2048 })?)
-///     .ensure_mixture(4096, 256)
+///     .ensure_mixture(4096)
 ///     .pack(Pack::new(PackConfig::new(Algorithm::BestFit { bins: 64 }, 2048))?)
 ///     .shuffle(64)
 ///     .seed(1234)
@@ -103,13 +103,24 @@ impl Pipeline {
         self
     }
 
-    /// Keeps realized token shares on the mixture's targets (a per-lane token-deficit
-    /// scheduler; see [`EnsureMixture`]), measured on what the packer emitted: the builder
-    /// tells it the packer's standing stock (its open rows) and whether it truncates. Needs
-    /// token shares on the datasets.
+    /// Keeps the token shares of the packer's rows within `slack_tokens` of the targets: a
+    /// per-lane scheduler that orders documents and pieces of documents (see
+    /// [`EnsureMixture`]), measured on what the packer emitted (the builder tells it the
+    /// packer's standing stock and whether it truncates). It holds what runs ahead and drops
+    /// nothing: each lane's closed loop supplies what it needs. Needs token shares on the
+    /// datasets.
     #[must_use]
-    pub fn ensure_mixture(mut self, slack_tokens: u64, hold: usize) -> Self {
-        self.stages.push(Stage::EnsureMixture { slack_tokens, hold });
+    pub fn ensure_mixture(mut self, slack_tokens: u64) -> Self {
+        self.stages.push(Stage::EnsureMixture { slack_tokens, hold: None });
+        self
+    }
+
+    /// [`Pipeline::ensure_mixture`] holding at most `hold` documents a lane: past it, the
+    /// oldest held document is dropped and counted in the report. Only for a memory bound the
+    /// closed loop cannot give (it never needs more than about a chunk and a document).
+    #[must_use]
+    pub fn ensure_mixture_holding(mut self, slack_tokens: u64, hold: usize) -> Self {
+        self.stages.push(Stage::EnsureMixture { slack_tokens, hold: Some(hold) });
         self
     }
 
@@ -271,35 +282,38 @@ impl Pipeline {
             None
         };
         let by_rows = config.balance != Balance::Estimates;
-        let weights = match (&shares, &estimates) {
-            (Some(shares), Some(estimates)) => weights_for_token_shares(estimates, shares)?,
-            _ => m
-                .datasets
-                .iter()
-                .map(|d| match d.amount {
-                    Amount::Weight(w) => w,
-                    Amount::Share(s) => s,
-                })
-                .collect(),
-        };
-        let mut source = MixtureSource::new(&datasets.manifests(), &weights, config)?;
-        if let Some(e) = &estimates {
-            source = source.with_row_tokens(&e.iter().map(TokenEstimate::tokens_per_row).collect::<Vec<_>>())?;
-            if by_rows && source.len().is_some() {
-                let counted = config.balance == Balance::RowTokens;
-                let sizes = self.row_sizes(&datasets, counted)?;
-                let tokens: Vec<Vec<u32>> = sizes
+        // Token shares are held by each lane's closed loop on what it delivered; sample
+        // weights by the open-loop interleave.
+        let (source, weights): (Arc<dyn WorkSource>, Vec<f64>) = match (&shares, &estimates) {
+            (Some(shares), Some(e)) => {
+                let per_row: Vec<f64> = e.iter().map(TokenEstimate::tokens_per_row).collect();
+                let max_samples = m.chunks_by_samples.then_some(config.chunk_size);
+                let mut source = SteeredSource::new(&datasets.manifests(), shares, config, &per_row, max_samples)?;
+                if by_rows && source.is_finite() {
+                    source = source.balance_by_rows(&self.row_tokens(&datasets, e, config.balance)?, lanes)?;
+                }
+                (Arc::new(source), shares.clone())
+            }
+            _ => {
+                let weights: Vec<f64> = m
+                    .datasets
                     .iter()
-                    .zip(e)
-                    .map(|(rows, e)| {
-                        let kept =
-                            |n: u32| if counted { e.tokens_kept(f64::from(n)) } else { e.tokens_in(f64::from(n)) };
-                        rows.iter().map(|&n| kept(n).round() as u32).collect()
+                    .map(|d| match d.amount {
+                        Amount::Weight(w) => w,
+                        Amount::Share(s) => s,
                     })
                     .collect();
-                source = source.balance_by_rows(&tokens, lanes)?;
+                let mut source = MixtureSource::new(&datasets.manifests(), &weights, config)?;
+                if let Some(e) = &estimates {
+                    source =
+                        source.with_row_tokens(&e.iter().map(TokenEstimate::tokens_per_row).collect::<Vec<_>>())?;
+                    if by_rows && source.len().is_some() {
+                        source = source.balance_by_rows(&self.row_tokens(&datasets, e, config.balance)?, lanes)?;
+                    }
+                }
+                (Arc::new(source), weights)
             }
-        }
+        };
         let mut operators = Operators::new();
         #[cfg(feature = "text")]
         let vocab = self.stages.iter().find_map(|s| match s {
@@ -328,7 +342,10 @@ impl Pipeline {
                     let shares = shares.clone().ok_or_else(|| {
                         Error::Build("ensure_mixture needs token shares on the datasets (Dataset::share)".into())
                     })?;
-                    let mut ensure = EnsureMixture::new(&shares, *slack_tokens, *hold)?.standing_stock(0);
+                    let mut ensure = EnsureMixture::new(&shares, *slack_tokens)?.standing_stock(0);
+                    if let Some(h) = hold {
+                        ensure = ensure.hold(*h)?;
+                    }
                     // What the packer after it holds for good, and what it cuts off, are
                     // known here: ensure_mixture measures the shares past them.
                     if let Some(pack) =
@@ -365,7 +382,7 @@ impl Pipeline {
         }
         let spec = RunSpec {
             operators,
-            source: Arc::new(source),
+            source,
             datasets,
             seed: self.seed,
             bad_records: self.bad_records,
@@ -480,6 +497,21 @@ impl Pipeline {
                 )));
             }
         })
+    }
+
+    /// Each row's tokens, counted (`RowTokens`) or from its text's bytes (`RowSizes`), as the
+    /// estimates `e` say a row keeps them, for sharing out the end of finite data.
+    fn row_tokens(&self, datasets: &Datasets, e: &[TokenEstimate], balance: Balance) -> Result<Vec<Vec<u32>>> {
+        let counted = balance == Balance::RowTokens;
+        let sizes = self.row_sizes(datasets, counted)?;
+        Ok(sizes
+            .iter()
+            .zip(e)
+            .map(|(rows, e)| {
+                let kept = |n: u32| if counted { e.tokens_kept(f64::from(n)) } else { e.tokens_in(f64::from(n)) };
+                rows.iter().map(|&n| kept(n).round() as u32).collect()
+            })
+            .collect())
     }
 
     /// Whether the pipeline has a tokenize step.

@@ -30,8 +30,7 @@
 //! eos = "<|endoftext|>"
 //!
 //! [ensure_mixture]
-//! slack_tokens = 4096
-//! # hold = 256                  # documents held per lane before the oldest is dropped (or hold_total)
+//! slack_tokens = 4096           # holds what runs ahead, drops nothing
 //!
 //! [pack]
 //! algorithm = "best_fit"        # wrap | first_fit | best_fit
@@ -273,17 +272,21 @@ pub struct PreTokenizedSpec {
 pub struct EnsureSpec {
     /// Tokens a dataset may run ahead of its share (default 4096).
     pub slack_tokens: Option<u64>,
-    /// Documents held per lane before the oldest is dropped (default 256).
+    /// A cap on the documents held per lane: past it the oldest is dropped (and reported).
+    /// Default: no cap, nothing dropped (each lane's closed loop keeps what is held small).
     pub hold: Option<usize>,
-    /// Documents held by all lanes together, instead of `hold`: each lane holds this divided
-    /// by the lanes (rounded up), so the held documents do not multiply with L.
+    /// The same cap for all lanes together, instead of `hold`: each lane holds this divided
+    /// by the lanes (rounded up).
     pub hold_total: Option<usize>,
 }
 
 impl EnsureSpec {
-    /// Documents held per lane.
-    fn hold_per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
-        split_across_lanes(("[ensure_mixture]", "hold"), self.hold, self.hold_total, Some(256), lanes)
+    /// The cap on documents held per lane, if one is set.
+    fn hold_per_lane(&self, lanes: u32) -> std::result::Result<Option<usize>, String> {
+        match (self.hold, self.hold_total) {
+            (None, None) => Ok(None),
+            _ => split_across_lanes(("[ensure_mixture]", "hold"), self.hold, self.hold_total, None, lanes).map(Some),
+        }
     }
 }
 
@@ -409,14 +412,13 @@ impl Spec {
     /// starts, so that the loss is known before it is paid.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if self.ensure_mixture.is_some() && self.source.exhaustion == "redistribute" {
+        if let Some(e) = &self.ensure_mixture
+            && (e.hold.is_some() || e.hold_total.is_some())
+        {
             out.push(
-                "[ensure_mixture] holds the token shares also after a dataset runs out, while \
-                 [source] exhaustion = \"redistribute\" then hands out the others only: \
-                 ensure_mixture drops their documents until the epoch ends, which can be most of \
-                 the epoch (the drops are reported per dataset at the end). Use exhaustion = \
-                 \"stop\" to end the epoch when the first dataset runs out, or leave out \
-                 [ensure_mixture] to let the shares change."
+                "[ensure_mixture] hold caps the documents held per lane: past it the oldest is dropped, leaving a \
+                 hole in its document (the drops are reported per dataset at the end). Without it nothing is \
+                 dropped and each lane's closed loop keeps what is held to about a chunk and a document."
                     .to_string(),
             );
         }
@@ -580,7 +582,8 @@ impl Spec {
                 return Err(bad("[source] chunk_size and chunk_tokens exclude each other: give one".into()));
             }
             (_, Some(t)) => mixture.chunk_tokens(t),
-            (n, None) => mixture.chunk_size(n.unwrap_or(256)),
+            (Some(n), None) => mixture.chunk_size(n),
+            (None, None) => mixture,
         };
         mixture = mixture.order(Order { shuffle_shards: src.shuffle_shards, rows }).exhaustion(exhaustion, src.passes);
         if let Some(seed) = src.seed {
@@ -652,7 +655,11 @@ impl Spec {
             }
         }
         if let Some(e) = &self.ensure_mixture {
-            p = p.ensure_mixture(e.slack_tokens.unwrap_or(4096), e.hold_per_lane(self.lanes).map_err(bad)?);
+            let slack = e.slack_tokens.unwrap_or(4096);
+            p = match e.hold_per_lane(self.lanes).map_err(bad)? {
+                Some(hold) => p.ensure_mixture_holding(slack, hold),
+                None => p.ensure_mixture(slack),
+            };
         }
         if let Some(pk) = &self.pack {
             let bins = pk.bins_per_lane(self.lanes).map_err(bad)?;

@@ -33,7 +33,9 @@ fn main() {
     // chroma subsampling and restart intervals.
     let edge = std::env::var_os("ZEPHON_TESTDATA")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/zephon-testdata"))
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/zephon-testdata")
+        })
         .join("images/edge");
     for name in ["gen_py_sub420.jpg", "gen_py_sub444.jpg", "gen_py_restart1_420.jpg", "gen_py_gray.jpg"] {
         if let Ok(bytes) = fs::read(edge.join(name)) {

@@ -6,8 +6,11 @@
 //! much. But every sample a lane holds came from the lane's own recent input, which the work
 //! source can list again from the lane's cursor without any I/O. So a fragment names its
 //! sample by how far back in the lane's input it was ("the 37th sample before the cursor"),
-//! a number of a few bits, delta-coded against the previous one. Samples further back than
-//! [`WINDOW`] samples (or any, when no work source is given) are written out in full.
+//! a number of a few bits, delta-coded against the previous one. A steered lane (one that
+//! reads its datasets by a closed loop, [`crate::Steering`]) reads each dataset as a stream of
+//! its own, so its samples are named by dataset and distance back in that dataset's stream.
+//! Samples further back than [`WINDOW`] samples (or any, when no work source is given) are
+//! written out in full.
 //!
 //! The codes go into three streams (structure, samples, spans) so that the deflate that
 //! follows sees similar bytes together.
@@ -15,7 +18,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::checkpoint::{Cursor, LaneState};
+use crate::checkpoint::LaneState;
 use crate::id::{Lane, SampleId};
 use crate::lineage::{Extent, Fragment, Lineage, Span};
 use crate::source::WorkSource;
@@ -57,12 +60,18 @@ impl PartialEq for LaneStreams {
 
 impl Eq for LaneStreams {}
 
-/// A lane's input before its cursor, most recent first, listed lazily from the work source.
+/// One input stream of a lane before its cursor, most recent first, listed lazily from the
+/// work source: the lane's chunks, or a steered lane's chunks of one dataset.
 struct Window<'a> {
     streams: &'a LaneStreams,
     lane: Lane,
-    cursor: Cursor,
-    /// The lane chunk to list next (walking back), `None` past the first.
+    dataset: Option<u32>,
+    /// The chunk the stream's cursor is in, and how many of its samples were read: the
+    /// samples before the cursor and the one at it (a restore inside it may have pushed some
+    /// of its pieces); 0 for a dataset a steered lane has not started its next chunk of.
+    first: u64,
+    take_first: usize,
+    /// The chunk to list next (walking back), `None` past the first.
     next: Option<u64>,
     walked: u64,
     ids: Vec<SampleId>,
@@ -71,8 +80,18 @@ struct Window<'a> {
 }
 
 impl<'a> Window<'a> {
-    fn new(streams: &'a LaneStreams, lane: Lane, cursor: Cursor) -> Self {
-        Window { streams, lane, cursor, next: Some(cursor.chunk), walked: 0, ids: Vec::new(), index: HashMap::new() }
+    fn new(streams: &'a LaneStreams, lane: Lane, dataset: Option<u32>, first: u64, take_first: usize) -> Self {
+        Window {
+            streams,
+            lane,
+            dataset,
+            first,
+            take_first,
+            next: Some(first),
+            walked: 0,
+            ids: Vec::new(),
+            index: HashMap::new(),
+        }
     }
 
     /// Lists one more chunk; false when there is nothing more to list.
@@ -83,17 +102,14 @@ impl<'a> Window<'a> {
         }
         self.walked += 1;
         self.next = n.checked_sub(1);
-        let samples = match self.streams.source.chunk(self.lane, self.streams.lanes, n)? {
-            Some(c) => c.samples,
-            None => return Ok(true),
+        let (source, lanes) = (&self.streams.source, self.streams.lanes);
+        let chunk = match (self.dataset, source.steering()) {
+            (None, _) => source.chunk(self.lane, lanes, n)?,
+            (Some(d), Some(s)) => s.dataset_chunk(self.lane, lanes, d, n)?,
+            (Some(_), None) => return Err("a steered lane's lineage, but the work source does not steer".into()),
         };
-        // Of the cursor's own chunk, only what was pushed: the samples before the cursor and
-        // the one at it (a restore inside it may have pushed some of its pieces).
-        let take = if n == self.cursor.chunk {
-            usize::try_from(self.cursor.offset.saturating_add(1)).unwrap_or(usize::MAX).min(samples.len())
-        } else {
-            samples.len()
-        };
+        let Some(samples) = chunk.map(|c| c.samples) else { return Ok(true) };
+        let take = if n == self.first { self.take_first.min(samples.len()) } else { samples.len() };
         for s in samples[..take].iter().rev() {
             if self.ids.len() >= WINDOW {
                 break;
@@ -128,19 +144,61 @@ impl<'a> Window<'a> {
     }
 }
 
+/// A lane's input streams before its cursor: one for a position-addressed lane, one a dataset
+/// for a steered one (with the previous distance named in each, for delta coding).
+struct Windows<'a> {
+    windows: Vec<(Window<'a>, u64)>,
+    steered: bool,
+}
+
+impl<'a> Windows<'a> {
+    fn new(streams: &'a LaneStreams, st: &LaneState) -> Result<Self, String> {
+        if st.lane.0 >= streams.lanes {
+            return Err(format!("{} is not one of the run's {} lanes", st.lane, streams.lanes));
+        }
+        let at_cursor = usize::try_from(st.cursor.offset.saturating_add(1)).unwrap_or(usize::MAX);
+        let Some(steer) = &st.steer else {
+            let w = Window::new(streams, st.lane, None, st.cursor.chunk, at_cursor);
+            return Ok(Windows { windows: vec![(w, 0)], steered: false });
+        };
+        let datasets = streams.source.steering().map_or(0, |s| s.datasets()) as usize;
+        if steer.chunks.len() != datasets {
+            return Err(format!("{} steers {} datasets, the work source {datasets}", st.lane, steer.chunks.len()));
+        }
+        let windows = (0..datasets)
+            .map(|d| {
+                let w = if steer.current == Some(d as u32) {
+                    Window::new(streams, st.lane, Some(d as u32), st.cursor.chunk, at_cursor)
+                } else {
+                    Window::new(streams, st.lane, Some(d as u32), steer.chunks[d], 0)
+                };
+                (w, 0)
+            })
+            .collect();
+        Ok(Windows { windows, steered: true })
+    }
+
+    /// The window holding samples of `dataset`.
+    fn of(&mut self, dataset: u32) -> Option<&mut (Window<'a>, u64)> {
+        let i = if self.steered { dataset as usize } else { 0 };
+        self.windows.get_mut(i)
+    }
+}
+
 const SPAN: u64 = 1;
 const FULL_ID: u64 = 2;
+/// On a steered lane, a sample named by distance is two codes: `dataset << 2 | STREAM`, whose
+/// stream the distance is in (`FULL_ID` clear, which tells it from a full id's tag), then the
+/// tag with the distance.
+const STREAM: u64 = 1;
 
 /// Encodes the lineage of `lanes` (accumulator buffers, then pending rows, lane by lane) and
 /// empties it from the states; the rest of each state goes to JSON.
 pub(crate) fn encode(lanes: &mut [LaneState], streams: Option<&LaneStreams>) -> Result<Vec<u8>, String> {
     let mut out = Streams::default();
     for st in lanes.iter_mut() {
-        if let Some(s) = streams.filter(|s| st.lane.0 >= s.lanes) {
-            return Err(format!("{} is not one of the run's {} lanes", st.lane, s.lanes));
-        }
-        let mut window = streams.map(|s| Window::new(s, st.lane, st.cursor));
-        let mut prev = 0u64;
+        let mut windows = streams.map(|s| Windows::new(s, st)).transpose()?;
+        let steered = windows.as_ref().is_some_and(|w| w.steered);
         let mut lists: Vec<Vec<Lineage>> =
             st.accumulators.iter_mut().map(|a| std::mem::take(&mut a.buffered)).collect();
         lists.push(std::mem::take(&mut st.pending));
@@ -157,14 +215,19 @@ pub(crate) fn encode(lanes: &mut [LaneState], streams: Option<&LaneStreams>) -> 
                             SPAN
                         }
                     };
-                    let back = match window.as_mut() {
-                        Some(w) => w.find(f.sample)?,
+                    let window = windows.as_mut().and_then(|w| w.of(f.sample.dataset));
+                    let found = match window {
+                        Some((w, prev)) => w.find(f.sample)?.map(|d| (d, prev)),
                         None => None,
                     };
-                    match back {
-                        Some(d) => {
-                            put(&mut out.samples, (zigzag(d.wrapping_sub(prev) as i64) << 2) | span_flag);
-                            prev = d;
+                    match found {
+                        Some((d, prev)) => {
+                            // A steered lane's distance is within its dataset's stream.
+                            if steered {
+                                put(&mut out.samples, u64::from(f.sample.dataset) << 2 | STREAM);
+                            }
+                            put(&mut out.samples, (zigzag(d.wrapping_sub(*prev) as i64) << 2) | span_flag);
+                            *prev = d;
                         }
                         None => {
                             put(&mut out.samples, FULL_ID | span_flag);
@@ -186,11 +249,11 @@ pub(crate) fn encode(lanes: &mut [LaneState], streams: Option<&LaneStreams>) -> 
 pub(crate) fn decode(bytes: &[u8], lanes: &mut [LaneState], streams: Option<&LaneStreams>) -> Result<(), String> {
     let mut input = Streams::split(bytes)?;
     for st in lanes.iter_mut() {
-        if let Some(s) = streams.filter(|s| st.lane.0 >= s.lanes) {
-            return Err(format!("{} is not one of the run's {} lanes", st.lane, s.lanes));
-        }
-        let mut window = streams.map(|s| Window::new(s, st.lane, st.cursor));
-        let mut prev = 0u64;
+        let mut windows = streams.map(|s| Windows::new(s, st)).transpose()?;
+        let steered = st.steer.is_some();
+        // Without the streams, a sample named by distance decodes as row `distance` of dataset
+        // `u32::MAX`, with one previous distance for all its datasets.
+        let mut prev_unresolved = 0u64;
         let lists = st.accumulators.len() + 1;
         for list_no in 0..lists {
             let n = input.structure.count("records")?;
@@ -199,22 +262,39 @@ pub(crate) fn decode(bytes: &[u8], lanes: &mut [LaneState], streams: Option<&Lan
                 let k = input.structure.count("fragments")?;
                 let mut fragments = Vec::with_capacity(k.min(4096));
                 for _ in 0..k {
-                    let tag = input.samples.varint()?;
+                    let mut tag = input.samples.varint()?;
+                    let mut stream = 0u32;
+                    if steered && tag & FULL_ID == 0 {
+                        stream = small(tag >> 2, "dataset")?;
+                        tag = input.samples.varint()?;
+                        if tag & FULL_ID != 0 {
+                            return Err(format!("{}: a dataset named twice for one sample", st.lane));
+                        }
+                    }
                     let sample = if tag & FULL_ID != 0 {
                         let dataset = small(input.samples.varint()?, "dataset")?;
                         let shard = small(input.samples.varint()?, "shard")?;
                         SampleId::new(dataset, shard, input.samples.varint()?)
                     } else {
-                        let d = prev.wrapping_add(unzigzag(tag >> 2) as u64);
-                        prev = d;
-                        match window.as_mut() {
-                            Some(w) => w.at(d)?.ok_or_else(|| {
-                                format!(
-                                    "{} names sample {d} back from its cursor, before the lane's input began",
-                                    st.lane
-                                )
-                            })?,
-                            None => SampleId::new(u32::MAX, 0, d),
+                        match windows.as_mut() {
+                            Some(ws) => {
+                                let (w, prev) = ws.of(stream).ok_or_else(|| {
+                                    format!("{} names a sample of dataset {stream}, which it does not read", st.lane)
+                                })?;
+                                let d = prev.wrapping_add(unzigzag(tag >> 2) as u64);
+                                *prev = d;
+                                w.at(d)?.ok_or_else(|| {
+                                    format!(
+                                        "{} names sample {d} back from its cursor, before the lane's input began",
+                                        st.lane
+                                    )
+                                })?
+                            }
+                            None => {
+                                let d = prev_unresolved.wrapping_add(unzigzag(tag >> 2) as u64);
+                                prev_unresolved = d;
+                                SampleId::new(u32::MAX, 0, d)
+                            }
                         }
                     };
                     let extent = if tag & SPAN != 0 {
@@ -337,9 +417,9 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::TailDropped;
+    use crate::checkpoint::{Cursor, SteerState, TailDropped};
     use crate::operator::AccumulatorState;
-    use crate::source::Chunk;
+    use crate::source::{Chunk, Steering};
 
     /// Lane `l`'s chunk `n` is rows `100·(n·L + l) ..+ 100` of dataset 0, shuffled a little.
     struct Rows;
@@ -366,9 +446,72 @@ mod tests {
             skips: Default::default(),
             finished: false,
             tail_dropped: TailDropped::default(),
+            steer: None,
             accumulators: vec![AccumulatorState { values: vec![1, 2], buffered }, AccumulatorState::default()],
             pending,
         }
+    }
+
+    /// Two datasets; lane `l`'s chunk `k` of dataset `d` is rows `50·(k·L + l) ..+ 50` of it.
+    struct TwoStreams;
+
+    impl WorkSource for TwoStreams {
+        fn chunk(&self, _: Lane, _: u32, _: u64) -> Result<Option<Chunk>, String> {
+            Err("steered".into())
+        }
+        fn fingerprint(&self) -> String {
+            "two streams".into()
+        }
+        fn steering(&self) -> Option<&dyn Steering> {
+            Some(self)
+        }
+    }
+
+    impl Steering for TwoStreams {
+        fn datasets(&self) -> u32 {
+            2
+        }
+        fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> Result<Option<Chunk>, String> {
+            let g = k * u64::from(lanes) + u64::from(lane.0);
+            Ok(Some(Chunk { index: g, samples: (0..50).map(|i| SampleId::new(d, 0, g * 50 + i)).collect() }))
+        }
+        fn next_dataset(&self, _: &[u64], _: &[bool]) -> Option<u32> {
+            Some(0)
+        }
+    }
+
+    /// A steered lane names its samples by dataset and distance within that dataset's stream:
+    /// they round-trip, cost a couple of bytes each, and one of a chunk not yet reached is
+    /// written in full.
+    #[test]
+    fn a_steered_lanes_samples_are_named_by_distance_in_their_dataset() {
+        let streams = LaneStreams::new(Arc::new(TwoStreams), 4);
+        // Lane 1 reads dataset 1's chunk 3 (at offset 20) and has read 5 chunks of dataset 0.
+        let mut st = state(1, Cursor { chunk: 3, offset: 20 }, vec![], vec![]);
+        st.steer =
+            Some(SteerState { chunks: vec![5, 3], delivered: vec![9, 9], exhausted: vec![false; 2], current: Some(1) });
+        let a = |k: u64, i: u64| SampleId::new(0, 0, (k * 4 + 1) * 50 + i);
+        let b = |k: u64, i: u64| SampleId::new(1, 0, (k * 4 + 1) * 50 + i);
+        let held: Vec<Lineage> = [a(4, 7), b(3, 20), b(2, 1), a(0, 0), a(3, 49), b(3, 2)]
+            .into_iter()
+            .map(|s| Lineage::single(Fragment::whole(s)))
+            .collect();
+        // Not yet read: dataset 0's chunk 5 and dataset 1's chunk 3 past the cursor.
+        let unread = vec![Lineage::single(Fragment::whole(a(5, 0))), Lineage::single(Fragment::whole(b(3, 21)))];
+        st.accumulators[0].buffered = held.clone();
+        st.pending = unread.clone();
+        let original = vec![st];
+        let mut lanes = original.clone();
+        let bytes = encode(&mut lanes, Some(&streams)).unwrap();
+        decode(&bytes, &mut lanes, Some(&streams)).unwrap();
+        assert_eq!(lanes, original);
+        let mut alone = original.clone();
+        alone[0].pending.clear();
+        let named = encode(&mut alone, Some(&streams)).unwrap().len();
+        let mut full = original.clone();
+        full[0].pending.clear();
+        let in_full = encode(&mut full, None).unwrap().len();
+        assert!(named < in_full, "{named} bytes by distance, {in_full} in full");
     }
 
     fn frag(row: u64, span: Option<(u32, u32)>) -> Fragment {

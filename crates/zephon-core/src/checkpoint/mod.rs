@@ -36,7 +36,7 @@ use crate::lineage::Lineage;
 use crate::operator::AccumulatorState;
 
 /// The checkpoint format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// File name extension of checkpoint files.
 pub const EXTENSION: &str = "zck";
 
@@ -70,10 +70,54 @@ pub struct LaneState {
     /// What the end of the input left out under `Tail::Drop`: the rows of a final partial
     /// step (with the token positions of each dataset they held).
     pub tail_dropped: TailDropped,
+    /// Where a steered lane is in each dataset and what it delivered (see
+    /// [`crate::Steering`]); `None` for a lane of a position-addressed source. With it,
+    /// `cursor.chunk` is the index of the lane's chunk of dataset `steer.current`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steer: Option<SteerState>,
     /// One state per accumulator stage, in pipeline order.
     pub accumulators: Vec<AccumulatorState>,
     /// Rows emitted after the checkpoint's step but before the state was taken, by lineage.
     pub pending: Vec<Lineage>,
+}
+
+/// A steered lane's place in its datasets (see [`crate::Steering`]): a few integers a dataset.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerState {
+    /// Per dataset, the index of the lane's next chunk of it (for the dataset being read: of
+    /// the chunk being read).
+    pub chunks: Vec<u64>,
+    /// Per dataset, the tokens (positions) the lane's inputs of it made, counted as pushed.
+    pub delivered: Vec<u64>,
+    /// Per dataset, whether the lane has no more chunks of it.
+    pub exhausted: Vec<bool>,
+    /// The dataset of the chunk being read; `None` once the lane's input has ended.
+    pub current: Option<u32>,
+}
+
+impl SteerState {
+    /// A lane before its first chunk, over `datasets` datasets.
+    pub fn start(datasets: u32) -> Self {
+        let n = datasets as usize;
+        SteerState { chunks: vec![0; n], delivered: vec![0; n], exhausted: vec![false; n], current: None }
+    }
+}
+
+impl LaneState {
+    /// The chunk the lane's cursor is in, from `source` with `lanes` lanes: its `cursor.chunk`-th
+    /// chunk, or for a steered lane its chunk `cursor.chunk` of the dataset it reads.
+    pub fn cursor_chunk(&self, source: &dyn crate::WorkSource, lanes: u32) -> Result<Option<crate::Chunk>, String> {
+        match (&self.steer, source.steering()) {
+            (Some(st), Some(s)) => match st.current {
+                Some(d) => s.dataset_chunk(self.lane, lanes, d, self.cursor.chunk),
+                None => Ok(None),
+            },
+            (None, None) => source.chunk(self.lane, lanes, self.cursor.chunk),
+            _ => {
+                Err(format!("{}: the lane state and the work source disagree on whether lanes are steered", self.lane))
+            }
+        }
+    }
 }
 
 /// Rows the end of finite data left out (a final partial step under `Tail::Drop`).

@@ -100,7 +100,7 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(unseal("TEST-MAGIC", "x", &bytes[..cut]).is_err());
         }
-        let newer = String::from_utf8_lossy(&bytes).replacen("format 3", "format 99", 1);
+        let newer = String::from_utf8_lossy(&bytes).replacen(&format!("format {FORMAT_VERSION}"), "format 99", 1);
         assert!(unseal("TEST-MAGIC", "x", newer.as_bytes()).unwrap_err().contains("format version 99"));
     }
 }

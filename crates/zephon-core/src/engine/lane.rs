@@ -6,13 +6,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::checkpoint::{Cursor, LaneState, Skips, TailDropped};
+use crate::checkpoint::{Cursor, LaneState, Skips, SteerState, TailDropped};
 use crate::error::{Error, OpError, record_error};
 use crate::id::{Lane, Step};
 use crate::lineage::Lineage;
 use crate::operator::{Accumulator, AccumulatorState};
 use crate::operators::{Plan, apply_chain};
 use crate::record::Record;
+use crate::source::{Chunk, WorkSource};
 use crate::step::{LaneDigest, LaneStep, lane_digest};
 
 use super::settings::Tail;
@@ -38,6 +39,7 @@ struct SnapshotCore {
     skips: Skips,
     finished: bool,
     tail_dropped: TailDropped,
+    steer: Option<SteerState>,
     accumulators: Vec<AccumulatorState>,
     pending: Vec<Lineage>,
 }
@@ -54,6 +56,7 @@ impl Snapshot {
             skips: c.skips.clone(),
             finished: c.finished,
             tail_dropped: c.tail_dropped.clone(),
+            steer: c.steer.clone(),
             accumulators: c.accumulators.clone(),
             pending: c.pending.get(self.pending_from..).unwrap_or_default().to_vec(),
         }
@@ -140,6 +143,24 @@ pub(crate) struct LaneRun {
     /// Whether the unit being pushed times its records through the accumulators: the weight
     /// of its time, or 0.
     unit_timed: u64,
+    /// A steered lane's closed loop (see [`crate::Steering`]); `None` for a position-addressed
+    /// source.
+    steer: Option<LaneSteer>,
+}
+
+/// A steered lane's closed loop: what it delivered of each dataset, and the chunks it chose
+/// to read next, waiting for the scheduler.
+struct LaneSteer {
+    source: Arc<dyn WorkSource>,
+    lanes: u32,
+    state: SteerState,
+    chosen: Vec<SteeredChunk>,
+}
+
+/// A chunk a steered lane chose to read (from `start` on), or the end of its input.
+pub(crate) enum SteeredChunk {
+    Chunk { chunk: Arc<Chunk>, k: u64, start: u64 },
+    End,
 }
 
 /// A unit whose records are only partly pushed: where it stopped.
@@ -168,6 +189,8 @@ pub(crate) struct LaneSetup {
     pub digests_by_workers: bool,
     /// Per dataset, the most bad records a lane may skip in a row (see `LaneRun`).
     pub bad_limit: Arc<[u64]>,
+    /// The run's work source and lane count, when it steers its lanes.
+    pub steering: Option<(Arc<dyn WorkSource>, u32)>,
 }
 
 impl LaneRun {
@@ -204,6 +227,98 @@ impl LaneRun {
             paused: None,
             skip_outputs: 0,
             unit_timed: 0,
+            steer: setup.steering.map(|(source, lanes)| {
+                let datasets = source.steering().map_or(0, |s| s.datasets());
+                LaneSteer { source, lanes, state: SteerState::start(datasets), chosen: Vec::new() }
+            }),
+        }
+    }
+
+    /// A new lane: a steered one chooses its first chunk.
+    pub fn start(setup: LaneSetup, next_step: u64) -> Self {
+        let mut run = LaneRun::new(setup, next_step);
+        if run.steer.is_some() {
+            run.choose_next();
+        }
+        run
+    }
+
+    /// Whether the lane reads its datasets by a closed loop ([`crate::Steering`]).
+    pub fn is_steered(&self) -> bool {
+        self.steer.is_some()
+    }
+
+    /// The chunks a steered lane chose since the last call, for the scheduler.
+    pub fn take_chosen(&mut self) -> Vec<SteeredChunk> {
+        self.steer.as_mut().map_or_else(Vec::new, |s| std::mem::take(&mut s.chosen))
+    }
+
+    /// A steered lane's next chunk: of the dataset the closed loop names, skipping datasets
+    /// the lane has no more of and empty chunks; the end of the input when it names none.
+    fn choose_next(&mut self) {
+        let lane = self.lane;
+        let Some(s) = self.steer.as_mut() else { return };
+        let Some(steering) = s.source.steering() else {
+            self.error = Some(Error::Source { lane, message: "a steered lane's work source does not steer".into() });
+            return;
+        };
+        let st = &mut s.state;
+        loop {
+            let Some(d) = steering.next_dataset(&st.delivered, &st.exhausted) else {
+                st.current = None;
+                s.chosen.push(SteeredChunk::End);
+                return;
+            };
+            let Some(k) = st.chunks.get(d as usize).copied() else {
+                self.error = Some(Error::Source {
+                    lane,
+                    message: format!("the closed loop chose dataset #{d}, which it does not have"),
+                });
+                return;
+            };
+            match steering.dataset_chunk(lane, s.lanes, d, k) {
+                Ok(Some(c)) if c.samples.is_empty() => st.chunks[d as usize] += 1,
+                Ok(Some(c)) => {
+                    st.current = Some(d);
+                    self.cursor = Cursor { chunk: k, offset: 0 };
+                    s.chosen.push(SteeredChunk::Chunk { chunk: Arc::new(c), k, start: 0 });
+                    return;
+                }
+                Ok(None) => {
+                    st.exhausted[d as usize] = true;
+                    for a in &mut self.accs {
+                        a.dataset_ended(d);
+                    }
+                }
+                Err(message) => {
+                    self.error = Some(Error::Source { lane, message });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A steered lane's chunk at its restored cursor, for the scheduler.
+    fn rechoose_current(&mut self) {
+        let (lane, cursor) = (self.lane, self.cursor);
+        let Some(s) = self.steer.as_mut() else { return };
+        let Some(d) = s.state.current else {
+            s.chosen.push(SteeredChunk::End);
+            return;
+        };
+        let found = s.source.steering().map(|st| st.dataset_chunk(lane, s.lanes, d, cursor.chunk));
+        match found {
+            Some(Ok(Some(c))) => {
+                s.chosen.push(SteeredChunk::Chunk { chunk: Arc::new(c), k: cursor.chunk, start: cursor.offset })
+            }
+            Some(Ok(None)) => {
+                self.error = Some(Error::Source {
+                    lane,
+                    message: format!("the checkpoint's chunk {} of dataset #{d} does not exist", cursor.chunk),
+                })
+            }
+            Some(Err(message)) => self.error = Some(Error::Source { lane, message }),
+            None => self.error = Some(Error::Source { lane, message: "the work source does not steer".into() }),
         }
     }
 
@@ -212,6 +327,20 @@ impl LaneRun {
     pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Result<Self, Error> {
         let mut run = LaneRun::new(setup, next_step);
         run.cursor = state.cursor;
+        match (&mut run.steer, &state.steer) {
+            (Some(s), Some(saved)) if saved.chunks.len() == s.state.chunks.len() => s.state = saved.clone(),
+            (None, None) => {}
+            _ => {
+                return Err(Error::Rebuild {
+                    lane: state.lane,
+                    lineage: "(lane state)".into(),
+                    message: "the state's steering does not fit the work source (steered or not, datasets)".into(),
+                });
+            }
+        }
+        if !state.finished {
+            run.rechoose_current();
+        }
         run.skip_outputs = state.input_progress;
         run.skips = state.skips.clone();
         run.tail_dropped = state.tail_dropped.clone();
@@ -285,6 +414,7 @@ impl LaneRun {
             skips: self.skips.clone(),
             finished: self.finished,
             tail_dropped: self.tail_dropped.clone(),
+            steer: self.steer.as_ref().map(|s| s.state.clone()),
             accumulators: self.accs.iter().map(|a| a.export()).collect(),
             pending,
         });
@@ -377,6 +507,11 @@ impl LaneRun {
                 }
                 let Some(rec) = u.records.next() else { break };
                 u.done += 1;
+                if let Some(s) = self.steer.as_mut()
+                    && let Some(t) = s.state.delivered.get_mut(u.inputs[u.j].0 as usize)
+                {
+                    *t += rec.lineage().fragments().iter().map(|f| u64::from(f.len())).sum::<u64>();
+                }
                 if let Err(e) = self.push_stage(0, rec) {
                     self.error = Some(e);
                     return;
@@ -388,11 +523,17 @@ impl LaneRun {
                 return;
             }
             let next = u.start + u.j as u64 + 1;
-            self.cursor = if next >= u.chunk_len {
-                Cursor { chunk: u.chunk + 1, offset: 0 }
+            if next < u.chunk_len {
+                self.cursor = Cursor { chunk: u.chunk, offset: next };
+            } else if let Some(s) = self.steer.as_mut() {
+                // The chunk is pushed whole: what it delivered decides the next.
+                if let Some(d) = s.state.current {
+                    s.state.chunks[d as usize] = u.chunk + 1;
+                }
+                self.choose_next();
             } else {
-                Cursor { chunk: u.chunk, offset: next }
-            };
+                self.cursor = Cursor { chunk: u.chunk + 1, offset: 0 };
+            }
             self.boundary();
             u.j += 1;
         }
@@ -632,6 +773,7 @@ mod tests {
                 snapshot_at: None,
                 digests_by_workers: true,
                 bad_limit: vec![1024].into(),
+                steering: None,
             },
             0,
         )

@@ -81,7 +81,7 @@ impl Engine {
         opts.check()?;
         let plan = Arc::new(Plan::new(spec.operators.clone()));
         let setups = lane_setups(&spec, &plan, &topology, &opts)?;
-        let runs: Vec<LaneRun> = setups.into_iter().map(|s| LaneRun::new(s, 0)).collect();
+        let runs: Vec<LaneRun> = setups.into_iter().map(|s| LaneRun::start(s, 0)).collect();
         Engine::launch(spec, plan, topology, opts, runs, 0)
     }
 
@@ -129,7 +129,7 @@ impl Engine {
         let plan = Arc::new(Plan::new(spec.operators.clone()));
         let states: Vec<LaneState> = lane_setups(spec, &plan, topology, opts)?
             .into_iter()
-            .map(|s| LaneRun::new(s, 0).snapshot_now().state())
+            .map(|s| LaneRun::start(s, 0).snapshot_now().state())
             .collect();
         let mut metadata = spec.notes();
         metadata.extend(spec.metadata.clone());
@@ -160,17 +160,18 @@ impl Engine {
         plan: Arc<Plan>,
         topology: Topology,
         opts: ExecOptions,
-        runs: Vec<LaneRun>,
+        mut runs: Vec<LaneRun>,
         next_step: u64,
     ) -> Result<Engine> {
         let fingerprint = spec.fingerprint(&topology);
         let states: Vec<Snapshot> = runs.iter().map(LaneRun::snapshot_now).collect();
         let n = runs.len();
         let lanes = runs
-            .iter()
+            .iter_mut()
             .map(|r| Dispatch {
                 cursor: r.cursor(),
                 chunk: None,
+                steered: r.is_steered().then(|| r.take_chosen().into()),
                 seq: 0,
                 in_flight: 0,
                 ended: r.is_finished(),
@@ -537,7 +538,7 @@ fn held_by(lanes: &[LaneStep], cut: &[Lane], source: &dyn WorkSource, lane_count
         // A lane that stopped inside an input had pushed only its first records: the rest of
         // that document was never made, so no piece of it is held, yet it came in part.
         if let Some(st) = state.filter(|st| st.input_progress > 0) {
-            let at = source.chunk(st.lane, lane_count, st.cursor.chunk).ok().flatten();
+            let at = st.cursor_chunk(source, lane_count).ok().flatten();
             let sample =
                 at.and_then(|c| usize::try_from(st.cursor.offset).ok().and_then(|i| c.samples.get(i).copied()));
             if let Some(sample) = sample {
@@ -567,6 +568,7 @@ fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &Exe
                 snapshot_at: opts.snapshot_at,
                 digests_by_workers: opts.digests_by_workers,
                 bad_limit: bad_limit.clone(),
+                steering: spec.source.steering().is_some().then(|| (spec.source.clone(), topology.lanes())),
             })
         })
         .collect()

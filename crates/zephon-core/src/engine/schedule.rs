@@ -12,7 +12,7 @@ use crate::source::{Chunk, Datasets, WorkSource};
 use crate::step::LaneStep;
 use crate::topology::Topology;
 
-use super::lane::{LaneRun, Progress, Snapshot, UnitOutput};
+use super::lane::{LaneRun, Progress, Snapshot, SteeredChunk, UnitOutput};
 use super::settings::{BadRecords, ExecOptions, Tail};
 
 pub(crate) struct Shared {
@@ -106,6 +106,9 @@ impl Inbox {
 pub(crate) struct Dispatch {
     pub(crate) cursor: Cursor,
     pub(crate) chunk: Option<Arc<Chunk>>,
+    /// For a steered lane: the chunks its ordered part chose to read next (it chooses one once
+    /// it has pushed the one before whole); `None` for a position-addressed lane.
+    pub(crate) steered: Option<VecDeque<SteeredChunk>>,
     pub(crate) seq: u64,
     pub(crate) in_flight: usize,
     pub(crate) ended: bool,
@@ -192,6 +195,7 @@ impl Sched {
         let p = &self.progress[i];
         !d.ended
             && !p.made.done
+            && d.steered.as_ref().is_none_or(|q| d.chunk.is_some() || !q.is_empty())
             && d.in_flight < shared.lane_window
             && p.made.steps_made < self.consumed + shared.opts.prefetch_steps
     }
@@ -297,9 +301,29 @@ impl Sched {
         let lane = shared.slots[i].lane;
         let d = &mut self.lanes[i];
         loop {
-            let chunk = match &d.chunk {
-                Some(c) => c.clone(),
-                None => match shared.source.chunk(lane, shared.topology.lanes(), d.cursor.chunk) {
+            let next_steered = match (&d.chunk, d.steered.as_mut()) {
+                (None, Some(q)) => Some(q.pop_front()),
+                _ => None,
+            };
+            let chunk = match (&d.chunk, next_steered) {
+                (Some(c), _) => c.clone(),
+                (None, Some(Some(SteeredChunk::Chunk { chunk, k, start }))) => {
+                    d.cursor = Cursor { chunk: k, offset: start };
+                    d.chunk = Some(chunk.clone());
+                    chunk
+                }
+                (None, Some(Some(SteeredChunk::End))) => {
+                    d.ended = true;
+                    return UnitKind::End;
+                }
+                (None, Some(None)) => {
+                    // `eligible` holds a steered lane back until it has chosen its next chunk.
+                    d.ended = true;
+                    return UnitKind::SourceFailed(
+                        "a steered lane was scheduled before it chose its next chunk".into(),
+                    );
+                }
+                (None, None) => match shared.source.chunk(lane, shared.topology.lanes(), d.cursor.chunk) {
                     Ok(Some(c)) => {
                         let c = Arc::new(c);
                         d.chunk = Some(c.clone());
@@ -320,6 +344,10 @@ impl Sched {
             if start >= len {
                 d.cursor = Cursor { chunk: d.cursor.chunk + 1, offset: 0 };
                 d.chunk = None;
+                if d.steered.as_ref().is_some_and(VecDeque::is_empty) {
+                    d.ended = true;
+                    return UnitKind::SourceFailed("a steered lane's chunk ended before it chose the next".into());
+                }
                 continue;
             }
             // A lane's first units are small (1, 2, 4, ... samples, up to `unit_samples`): the

@@ -84,8 +84,8 @@ impl Shared {
     /// unit that is next in order through its accumulators, until the ring has none ready or the
     /// lane pauses (it has made every step the consumer may take plus the prefetch).
     pub(crate) fn drain(&self, i: usize) {
-        while let Some(d) = self.drain_once(i) {
-            self.publish(std::slice::from_ref(&d));
+        while let Some(mut d) = self.drain_once(i) {
+            self.publish(std::slice::from_mut(&mut d));
             if !d.more(self) {
                 return;
             }
@@ -95,8 +95,8 @@ impl Shared {
     /// Continues paused lanes, publishing their progress together, then drains any of them
     /// whose ring has more ready.
     pub(crate) fn resume(&self, lanes: &[usize]) {
-        let done: Vec<Drained> = lanes.iter().filter_map(|&i| self.drain_once(i)).collect();
-        self.publish(&done);
+        let mut done: Vec<Drained> = lanes.iter().filter_map(|&i| self.drain_once(i)).collect();
+        self.publish(&mut done);
         for d in done {
             if d.more(self) {
                 self.drain(d.lane);
@@ -128,12 +128,14 @@ impl Shared {
             }
         }
         self.timings.add_lane(&mut run.times);
-        let changed = drained > 0 || resumed;
+        let chosen = run.take_chosen();
+        let changed = drained > 0 || resumed || !chosen.is_empty();
         if changed {
             lock(&slot.out).collect(&mut run);
         }
         Some(Drained {
             lane: i,
+            chosen,
             drained,
             changed,
             made: run.progress(),
@@ -144,14 +146,17 @@ impl Shared {
 
     /// Tells the scheduler what drain passes did (under one lock), and wakes whoever it may
     /// concern.
-    fn publish(&self, done: &[Drained]) {
+    fn publish(&self, done: &mut [Drained]) {
         if !done.iter().any(|d| d.changed) {
             return;
         }
         let mut s = lock(&self.sched);
         let mut wake_consumer = false;
-        for d in done.iter().filter(|d| d.changed) {
+        for d in done.iter_mut().filter(|d| d.changed) {
             let i = d.lane;
+            if let Some(q) = s.lanes[i].steered.as_mut() {
+                q.extend(d.chosen.drain(..));
+            }
             s.lanes[i].in_flight -= d.drained;
             s.in_flight -= d.drained;
             let was_behind = s.is_behind(i);
@@ -224,6 +229,8 @@ impl Shared {
 /// What one drain pass did to a lane, for the scheduler.
 struct Drained {
     lane: usize,
+    /// The chunks a steered lane chose to read next.
+    chosen: Vec<super::lane::SteeredChunk>,
     /// Units taken from the ring (no longer in flight).
     drained: usize,
     /// Whether the lane moved at all (units drained, or a paused unit continued).

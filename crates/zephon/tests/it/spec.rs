@@ -101,7 +101,7 @@ fn run_wide_held_documents_are_split_across_lanes() {
     assert!(plan.contains("holds up to 125 documents per lane"), "{plan}");
     let plan = plan_with("hold_total = 1000\n", 16).unwrap();
     assert!(plan.contains("holds up to 63 documents per lane"), "{plan}");
-    assert!(plan_with("", 8).unwrap().contains("holds up to 256 documents per lane"), "the default is 256 a lane");
+    assert!(plan_with("", 8).unwrap().contains("drops nothing"), "without a cap nothing is dropped");
     let e = plan_with("hold = 4\nhold_total = 64\n", 8).unwrap_err();
     assert!(e.contains("`hold` (per lane) or `hold_total` (all lanes)") && e.contains("s.toml"), "{e}");
 }
@@ -162,23 +162,21 @@ fn a_tokenizer_file_that_does_not_parse_names_the_file() {
     assert!(e.contains("no token \"<|nope|>\""), "{e}");
 }
 
-/// ensure_mixture with exhaustion = "redistribute" would drop the rest of the epoch once a
-/// dataset runs out: the spec says so before a run starts, naming both settings and what to
-/// use instead; other combinations say nothing.
+/// A cap on what ensure_mixture holds would drop documents: the spec says so before a run
+/// starts; without one (at any exhaustion policy, redistribute included) it says nothing.
 #[test]
-fn ensure_mixture_under_redistribute_is_warned_about_before_the_run() {
-    let with = |exhaustion: &str, ensure: bool| {
-        let extra = if ensure { "\n[ensure_mixture]\nslack_tokens = 4096\n" } else { "" };
-        let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}{extra}"))
+fn an_ensure_mixture_hold_cap_is_warned_about_before_the_run() {
+    let with = |exhaustion: &str, ensure: &str| {
+        let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}{ensure}"))
             .replace("chunk_size = 16", &format!("chunk_size = 16\nexhaustion = \"{exhaustion}\""));
         parse(&text).warnings()
     };
-    let w = with("redistribute", true);
+    let w = with("repeat", "\n[ensure_mixture]\nslack_tokens = 4096\nhold = 64\n");
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].contains("[ensure_mixture]") && w[0].contains("exhaustion = \"stop\""), "{w:?}");
-    assert!(with("stop", true).is_empty());
-    assert!(with("repeat", true).is_empty());
-    assert!(with("redistribute", false).is_empty());
+    assert!(w[0].contains("[ensure_mixture] hold") && w[0].contains("dropped"), "{w:?}");
+    for exhaustion in ["stop", "repeat", "redistribute"] {
+        assert!(with(exhaustion, "\n[ensure_mixture]\nslack_tokens = 4096\n").is_empty(), "{exhaustion}");
+    }
 }
 
 /// Settings that contradict the algorithm or have nothing to act on are refused.
