@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark driver: our zephon CLI, Zephon 0.2.0 (PyPI) and Grain.
+"""Side-by-side benchmark driver: our zephon CLI, our loader through the Python wheel
+(zephon_rs), Zephon 0.2.0 (PyPI) and Grain.
 
-Normally started by ``run.sh`` (which prepares the venv, the test data and the
-Rust binary). Runs the systems one after another, never concurrently, on the
-same corpora, tokenizer and settings, then writes ``results/latest.json`` and
-``results/latest.md``, prints the table and, last, the ratios ours / peer.
+Normally started by ``run.sh`` (which prepares the venv, the test data, the
+Rust binary and the zephon_rs wheel). Runs the systems one after another, never
+concurrently, on the same corpora, tokenizer and settings, then writes
+``results/latest.json`` and ``results/latest.md``, prints the table and, last,
+the ratios ours / peer and zephon_rs / peer and / CLI.
 
 The inputs default to the test data's corpora A and B and its GPT-2
 tokenizer.json; --tokenizer, --corpus-a, --corpus-b (a .jsonl file or a folder
@@ -537,7 +539,112 @@ def run_ours(a, inputs: Inputs, mix, env, raw_dir, tmp) -> dict[str, Any]:
     return res
 
 
+# ------------------------------------------------------------------ our zephon through the Python wheel
+
+ZEPHON_RS_LABEL = "zephon_rs (Python)"
+CLI_LABEL = "zephon (ours)"
+
+
+def zephon_rs_module(python: str, env: dict[str, str]) -> dict[str, Any] | None:
+    """The version and file of the zephon_rs the peer venv imports, or None without one."""
+    try:
+        p = subprocess.run([python, "-c", "import json, zephon_rs; print(json.dumps({'version': "
+                            "zephon_rs.__version__, 'native': zephon_rs._native.__file__}))"],
+                           capture_output=True, text=True, env=env, timeout=60)
+        info = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
+    except Exception:
+        return None
+    if info and os.path.exists(info.get("native") or ""):
+        st = os.stat(info["native"])
+        info["native_bytes"] = st.st_size
+        info["native_mtime"] = _dt.datetime.fromtimestamp(st.st_mtime, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return info
+
+
+def run_ours_py(a, inputs: Inputs, mix, env, raw_dir, tmp) -> dict[str, Any]:
+    """Our loader through the wheel: peer_zephon_rs.py on the spec the CLI gets, measured by
+    peer_common.py as the peers are."""
+    S = SETTINGS
+    res: dict[str, Any] = {"system": ZEPHON_RS_LABEL, "interface": "zephon_rs.Loader (Python wheel)", "runs": {}}
+    if a.zephon_rs_status:
+        res["status"] = a.zephon_rs_status
+        return res
+    module = zephon_rs_module(a.python, env)
+    if module is None:
+        res["status"] = "not installed"
+        res["detail"] = (f"{a.python} cannot import zephon_rs (run.sh builds the wheel and installs it into the "
+                         "peer venv unless --no-build)")
+        return res
+    res["module"] = module
+    spec_path = os.path.join(tmp, "zephon_rs.spec.toml")
+    with open(spec_path, "w") as fh:
+        fh.write(ours_spec(a.packing, inputs, mix))
+    shutil.copy(spec_path, os.path.join(raw_dir, "zephon_rs.spec.toml"))
+    out_json = os.path.join(raw_dir, "peer-zephon_rs.json")
+    for p in glob.glob(out_json + "*"):
+        os.remove(p)
+    cmd = [a.python, os.path.join(HERE, "peer_zephon_rs.py"), "--spec", spec_path, "--threads", str(S["workers"]),
+           "--steps", str(a.steps), "--ckpt-step", str(a.ckpt_step),
+           "--restore-steps", str(min(S["restore_steps"], a.steps - a.ckpt_step)), "--json-out", out_json]
+    log(f"running {ZEPHON_RS_LABEL} {module['version']}, {S['workers']} threads, {a.steps} steps ...")
+    config = f"Python wheel, {S['workers']} threads, {S['lanes']} lanes"
+    entry = peer_entry(a, "peer-zephon_rs", cmd, config, "thread", env, raw_dir, out_json)
+    res["runs"]["thread"] = entry
+    if entry.get("status") == "ok":
+        res["status"] = "ok"
+        res["best"] = "thread"
+        res["summary"] = entry["summary"]
+    else:
+        res["status"] = entry.get("status", "failed")
+        res["detail"] = f"see {os.path.join(raw_dir, 'peer-zephon_rs.log')}"
+    return res
+
+
 # ------------------------------------------------------------------ peers
+
+def peer_entry(a, tag: str, cmd: list[str], config: str, kind: str, env, raw_dir, out_json: str) -> dict[str, Any]:
+    """Run one peer_*.py measurement (peer_common.py) and summarise its JSON."""
+    log_path = os.path.join(raw_dir, f"{tag}.log")
+    run = measured_run(a, cmd, log_path, env, [out_json])
+    entry: dict[str, Any] = {"command": " ".join(cmd), "run": run}
+    if run["rc"] != 0 or not os.path.exists(out_json):
+        with open(log_path, errors="replace") as fh:
+            entry["log_tail"] = fh.read()[-3000:]
+        entry["status"] = "timeout" if run["timed_out"] else f"failed (rc={run['rc']})"
+        log(f"  {entry['status']}")
+        return entry
+    with open(out_json) as fh:
+        data = json.load(fh)
+    m, r = data["main"], data.get("restore", {})
+    for k in ("hashes", "expected"):
+        r.pop(k, None)
+    entry["status"] = "ok"
+    entry["raw"] = data
+    store = m.get("ckpt_bytes_store")  # zephon_rs: the state dict's bytes as a store keeps them
+    entry["summary"] = {
+        "config": config,
+        "worker_kind": kind,
+        "tokens_per_s": m["tokens_per_s_after_first"],
+        "tokens_per_s_overall": m["tokens_per_s_overall"],
+        "ttfb_s": m["ttfb_s"],
+        "ttfb_from_process_start_s": m["ttfb_from_process_start_s"],
+        "resume_ttfb_s": r.get("ttfb_after_restore_s"),
+        "resume_ttfb_from_process_start_s": r.get("ttfb_after_restore_from_process_start_s"),
+        "checkpoint_bytes": m["ckpt_bytes_json"] if store is None else store,
+        "checkpoint_bytes_zstd": m.get("ckpt_bytes_json_zstd") if store is None else None,
+        "peak_rss_bytes": m["peak_rss_tree_bytes"],
+        "peak_rss_procs": m["peak_rss_tree_procs"],
+        "resume_matches": r.get("matches_original"),
+        "pad_fraction": m["pad_fraction"],
+        "cpu_s": round(m.get("cpu_s_self", 0) + m.get("cpu_s_children", 0), 2),
+        "background_cpu_cores": run["background_cpu_cores"],
+    }
+    s = entry["summary"]
+    log(f"  {fmt_rate(s['tokens_per_s'])} tok/s steady, {fmt_rate(s['tokens_per_s_overall'])} overall, "
+        f"TTFB {fmt_s(s['ttfb_s'])}, resume TTFB {fmt_s(s['resume_ttfb_s'])}, "
+        f"resume identical: {s['resume_matches']}")
+    return entry
+
 
 def run_peer(name, a, inputs: Inputs, mix, env, raw_dir) -> dict[str, Any]:
     S = SETTINGS
@@ -561,45 +668,8 @@ def run_peer(name, a, inputs: Inputs, mix, env, raw_dir) -> dict[str, Any]:
         if name == "zephon":
             cmd += ["--lanes", str(S["lanes"]), "--zephon-chunk-size", str(S["chunk_size"])]
         log(f"running {label}, {S['workers']} {kind} workers, {a.steps} steps ...")
-        run = measured_run(a, cmd, os.path.join(raw_dir, f"peer-{name}-{kind}.log"), env, [out_json])
-        entry: dict[str, Any] = {"command": " ".join(cmd), "run": run}
-        if run["rc"] != 0 or not os.path.exists(out_json):
-            with open(os.path.join(raw_dir, f"peer-{name}-{kind}.log"), errors="replace") as fh:
-                entry["log_tail"] = fh.read()[-3000:]
-            entry["status"] = "timeout" if run["timed_out"] else f"failed (rc={run['rc']})"
-            res["runs"][kind] = entry
-            log(f"  {entry['status']}")
-            continue
-        with open(out_json) as fh:
-            data = json.load(fh)
-        m, r = data["main"], data.get("restore", {})
-        for k in ("hashes", "expected"):
-            r.pop(k, None)
-        entry["status"] = "ok"
-        entry["raw"] = data
-        entry["summary"] = {
-            "config": f"{S['workers']} {'threads' if kind == 'thread' else 'processes'}",
-            "worker_kind": kind,
-            "tokens_per_s": m["tokens_per_s_after_first"],
-            "tokens_per_s_overall": m["tokens_per_s_overall"],
-            "ttfb_s": m["ttfb_s"],
-            "ttfb_from_process_start_s": m["ttfb_from_process_start_s"],
-            "resume_ttfb_s": r.get("ttfb_after_restore_s"),
-            "resume_ttfb_from_process_start_s": r.get("ttfb_after_restore_from_process_start_s"),
-            "checkpoint_bytes": m["ckpt_bytes_json"],
-            "checkpoint_bytes_zstd": m.get("ckpt_bytes_json_zstd"),
-            "peak_rss_bytes": m["peak_rss_tree_bytes"],
-            "peak_rss_procs": m["peak_rss_tree_procs"],
-            "resume_matches": r.get("matches_original"),
-            "pad_fraction": m["pad_fraction"],
-            "cpu_s": round(m.get("cpu_s_self", 0) + m.get("cpu_s_children", 0), 2),
-            "background_cpu_cores": run["background_cpu_cores"],
-        }
-        s = entry["summary"]
-        log(f"  {fmt_rate(s['tokens_per_s'])} tok/s steady, {fmt_rate(s['tokens_per_s_overall'])} overall, "
-            f"TTFB {fmt_s(s['ttfb_s'])}, resume TTFB {fmt_s(s['resume_ttfb_s'])}, "
-            f"resume identical: {s['resume_matches']}")
-        res["runs"][kind] = entry
+        config = f"{S['workers']} {'threads' if kind == 'thread' else 'processes'}"
+        res["runs"][kind] = peer_entry(a, f"peer-{name}-{kind}", cmd, config, kind, env, raw_dir, out_json)
     ok = {k: v for k, v in res["runs"].items() if v.get("status") == "ok"}
     if ok:
         # "Faster" = higher end-to-end rate (first batch included): the steady
@@ -639,7 +709,7 @@ def fmt_bytes(v) -> str:
 
 def table_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
-    for key in ("zephon", "zephon-0.2.0", "grain"):
+    for key in ("zephon", "zephon_rs", "zephon-0.2.0", "grain"):
         r = results.get(key)
         if r is None:
             continue
@@ -664,7 +734,7 @@ def table_rows(results: dict[str, Any]) -> list[list[str]]:
 
 def all_runs_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
-    for key in ("zephon-0.2.0", "grain"):
+    for key in ("zephon_rs", "zephon-0.2.0", "grain"):
         r = results.get(key)
         if not r:
             continue
@@ -673,10 +743,10 @@ def all_runs_rows(results: dict[str, Any]) -> list[list[str]]:
                 rows.append([r["system"], kind, e.get("status", "?")] + ["–"] * 6)
                 continue
             s = e["summary"]
-            rows.append([r["system"], s["config"] + (" ★" if r.get("best") == kind else ""),
+            rows.append([r["system"], s["config"] + (" ★" if r.get("best") == kind and key != "zephon_rs" else ""),
                          fmt_rate(s["tokens_per_s"]), fmt_rate(s["tokens_per_s_overall"]), fmt_s(s["ttfb_s"]),
                          fmt_s(s["resume_ttfb_s"]), fmt_bytes(s["peak_rss_bytes"]) + f" ({s['peak_rss_procs']} procs)",
-                         f"{s['cpu_s']:.0f} s", f"{s['background_cpu_cores']:.2f}"
+                         f"{s['cpu_s']:.{1 if s['cpu_s'] < 10 else 0}f} s", f"{s['background_cpu_cores']:.2f}"
                          if s.get("background_cpu_cores") is not None else "–"])
     return rows
 
@@ -711,11 +781,13 @@ def ok_summary(r: dict[str, Any] | None) -> dict[str, Any] | None:
     return r["summary"] if r and r.get("status") == "ok" and r.get("summary") else None
 
 
-def ratios(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Ours / each peer, steady and overall tokens/s (peers that did not run are left out)."""
-    ours = ok_summary(results.get("zephon"))
+def ratios(results: dict[str, Any], ours_key: str = "zephon",
+           others: tuple[str, ...] = ("zephon-0.2.0", "grain")) -> dict[str, dict[str, float | None]]:
+    """Ours (``ours_key``: the CLI, or zephon_rs) / each of ``others``, steady and overall
+    tokens/s (systems that did not run are left out)."""
+    ours = ok_summary(results.get(ours_key))
     out: dict[str, dict[str, float | None]] = {}
-    for key in ("zephon-0.2.0", "grain"):
+    for key in others:
         peer = ok_summary(results.get(key))
         if ours and peer:
             out[results[key]["system"]] = {
@@ -732,10 +804,32 @@ def ratio_line(r: dict[str, dict[str, float | None]]) -> str:
         f"{system} {x(v['tokens_per_s'])} steady, {x(v['tokens_per_s_overall'])} overall" for system, v in r.items())
 
 
+def ratios_zephon_rs(results: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """zephon_rs / each peer and zephon_rs / our CLI (keyed by the systems' names)."""
+    return ratios(results, "zephon_rs", ("zephon-0.2.0", "grain", "zephon"))
+
+
+def ratio_line_zephon_rs(r: dict[str, dict[str, float | None]]) -> str:
+    if not r:
+        return f"Ratios, {ZEPHON_RS_LABEL}: none ({ZEPHON_RS_LABEL} or every other system did not run)."
+    x = lambda v, d: "–" if v is None else f"{v:.{d}f}x"  # noqa: E731
+    peers = {k: v for k, v in r.items() if k != CLI_LABEL}
+    parts = []
+    if peers:
+        parts.append(f"Ratios, {ZEPHON_RS_LABEL} / peer (tokens/s): " + "; ".join(
+            f"{system} {x(v['tokens_per_s'], 1)} steady, {x(v['tokens_per_s_overall'], 1)} overall"
+            for system, v in peers.items()))
+    if CLI_LABEL in r:
+        v = r[CLI_LABEL]
+        parts.append(f"{ZEPHON_RS_LABEL} / zephon CLI (the Python-side overhead): {x(v['tokens_per_s'], 2)} steady, "
+                     f"{x(v['tokens_per_s_overall'], 2)} overall")
+    return ". ".join(parts) + "."
+
+
 def render_md(doc: dict[str, Any]) -> str:
     S, m, mach = doc["settings"], doc["mixture"], doc["machine"]
     res = doc["results"]
-    lines = [f"# zephon vs Zephon 0.2.0 vs Grain ({doc['mode']} run, {doc['generated_at']})", ""]
+    lines = [f"# zephon (CLI and Python) vs Zephon 0.2.0 vs Grain ({doc['mode']} run, {doc['generated_at']})", ""]
     lines.append(f"Machine: {mach['cpus']} CPUs ({mach.get('cpu_model', '')}), "
                  f"{(mach.get('mem_total_bytes') or 0) / 2**30:.0f} GiB RAM, Linux {mach['kernel']}, "
                  f"Python {mach['python']}. Versions: {doc.get('versions_line', '')}.")
@@ -757,9 +851,13 @@ def render_md(doc: dict[str, Any]) -> str:
     lines.append("")
     lines.append(ratio_line(doc["ratios"]))
     lines.append("")
+    if "zephon_rs" in res:
+        lines.append(ratio_line_zephon_rs(doc.get("ratios_zephon_rs") or {}))
+        lines.append("")
     runs = all_runs_rows(res)
     if runs:
-        lines.append("Every peer configuration run (★ = the faster by overall tokens/s, shown above):")
+        lines.append("Every Python run: zephon_rs and each peer configuration (★ = the peer's faster by overall "
+                     "tokens/s, shown above):")
         lines.append("")
         lines.append(md_table(["system", "config", "tokens/s (steady)", "tokens/s (overall)", "TTFB", "resume TTFB",
                                "peak RSS", "CPU time", "background CPU (cores)"], runs))
@@ -770,15 +868,18 @@ def render_md(doc: dict[str, Any]) -> str:
                      "buffer filled before the first batch: the steady tokens/s figures are not meaningful "
                      "here. Use the full run for throughput.")
         lines.append("")
-    z = res.get("zephon")
-    if z and z.get("status") != "ok":
-        lines.append(f"zephon (ours): {z.get('status')}" + (f" — {z['detail']}" if z.get("detail") else ""))
-        lines.append("")
+    for key, name in (("zephon", CLI_LABEL), ("zephon_rs", ZEPHON_RS_LABEL)):
+        z = res.get(key)
+        if z and z.get("status") != "ok":
+            lines.append(f"{name}: {z.get('status')}" + (f" — {z['detail']}" if z.get("detail") else ""))
+            lines.append("")
     lines.append("tokens/s = non-pad tokens delivered per second after the first batch (steady) or from "
                  "pipeline build (overall). TTFB = pipeline build to first batch, in process (the second "
-                 "figure for peers adds Python start-up and imports). Resume TTFB = restore of the step-"
+                 "figure for the Python rows adds Python start-up and imports). Resume TTFB = restore of the step-"
                  f"{doc['checkpoint_at']} checkpoint to the first batch after it, fresh process. Checkpoint = "
-                 "bytes of the state as JSON (peers) / as written by the CLI (ours). Peak RSS = RSS summed over "
+                 "bytes of the state as JSON (peers) / as written by the CLI (ours) / of the `state_dict()`'s "
+                 "bytes values plus 8 per int (zephon_rs). zephon_rs runs the CLI's spec through the Python "
+                 "wheel, measured as the peers are (`step.batch()` every step). Peak RSS = RSS summed over "
                  "the live process tree, sampled every 50 ms (double-counts pages shared between processes). "
                  "See benches/peers/README.md for every difference between the pipelines.")
     bg = [(k, r) for k, r in res.items() if isinstance(r, dict)]
@@ -823,6 +924,9 @@ def carry_over(results: dict[str, Any], a, prev_path: str, mix: dict[str, Any], 
 
 # ------------------------------------------------------------------ main
 
+SYSTEMS = ("cli", "zephon_rs", "zephon-0.2.0", "grain")  # --systems names, in the order they run
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help=f"{SETTINGS['steps_quick']} steps instead of "
@@ -830,6 +934,9 @@ def parse_args() -> argparse.Namespace:
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--zephon-only", action="store_true", help="run only our zephon CLI")
     g.add_argument("--peers-only", action="store_true", help="run only Zephon 0.2.0 and Grain")
+    g.add_argument("--systems", default=None,
+                   help="comma list of the systems to run, among " + ", ".join(SYSTEMS) + " (default: all, "
+                        "the peers as --peers says; --zephon-only = cli, --peers-only = zephon-0.2.0,grain)")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--ckpt-step", type=int, default=SETTINGS["checkpoint_at"])
     ap.add_argument("--mix", choices=("tokens", "docs"), default="tokens",
@@ -854,6 +961,7 @@ def parse_args() -> argparse.Namespace:
         help="test data root (as scripts/fetch-testdata.sh: $ZEPHON_TESTDATA or $XDG_CACHE_HOME/zephon-testdata)")
     ap.add_argument("--zephon-bin", default=os.path.join(REPO, "target", "release", "zephon"))
     ap.add_argument("--zephon-status", default=None, help=argparse.SUPPRESS)  # set by run.sh on build failure
+    ap.add_argument("--zephon-rs-status", default=None, help=argparse.SUPPRESS)  # set by run.sh: wheel not built
     ap.add_argument("--python", default=sys.executable, help="interpreter of the peer venv")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--quiet-wait", type=float, default=120.0,
@@ -868,6 +976,20 @@ def parse_args() -> argparse.Namespace:
     if not 0 < a.ckpt_step < a.steps:
         ap.error("--ckpt-step must be in (0, steps)")
     a.worker_kinds = [k for k in a.worker_kinds.split(",") if k]
+    peer_systems = {"zephon": "zephon-0.2.0", "grain": "grain"}
+    if a.systems is not None:
+        chosen = [x.strip() for x in a.systems.split(",") if x.strip()]
+        bad = [x for x in chosen if x not in SYSTEMS]
+        if bad or not chosen:
+            ap.error(f"--systems: {', '.join(bad) or 'empty'}; choose among {', '.join(SYSTEMS)}")
+    elif a.zephon_only:
+        chosen = ["cli"]
+    else:
+        bad = [p for p in a.peers.split(",") if p and p not in peer_systems]
+        if bad:
+            ap.error(f"--peers: {', '.join(bad)}; choose among zephon, grain")
+        chosen = ([] if a.peers_only else ["cli", "zephon_rs"]) + [peer_systems[p] for p in a.peers.split(",") if p]
+    a.systems = [x for x in SYSTEMS if x in chosen]
     return a
 
 
@@ -889,21 +1011,26 @@ def system_versions(python: str, env: dict[str, str]) -> dict[str, str]:
         versions.update(json.loads(v.stdout.strip().splitlines()[-1]))
     except Exception:
         pass
+    module = zephon_rs_module(python, env)
+    if module:
+        versions["zephon_rs"] = module["version"]
     return versions
 
 
 def run_all(a, inputs: Inputs, mix, env, raw_dir, versions) -> dict[str, Any]:
-    """Ours, then each peer, one after another."""
-    peers = [] if a.zephon_only else [p for p in a.peers.split(",") if p]
+    """Ours (CLI, then the wheel), then each peer, one after another (those in --systems)."""
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="zephon-bench-") as tmp:
-        if not a.peers_only:
+        if "cli" in a.systems:
             results["zephon"] = run_ours(a, inputs, mix, env, raw_dir, tmp)
             log(f"zephon (ours): {results['zephon'].get('status')}")
-        if "zephon" in peers:
+        if "zephon_rs" in a.systems:
+            results["zephon_rs"] = run_ours_py(a, inputs, mix, env, raw_dir, tmp)
+            log(f"{ZEPHON_RS_LABEL}: {results['zephon_rs'].get('status')}")
+        if "zephon-0.2.0" in a.systems:
             results["zephon-0.2.0"] = run_peer("zephon", a, inputs, mix, env, raw_dir)
             results["zephon-0.2.0"]["system"] = f"Zephon {versions.get('zephon', '0.2.0')} (PyPI)"
-        if "grain" in peers:
+        if "grain" in a.systems:
             results["grain"] = run_peer("grain", a, inputs, mix, env, raw_dir)
             results["grain"]["system"] = f"Grain {versions.get('grain', '')}".strip()
     return results
@@ -942,6 +1069,7 @@ def main() -> None:
                      "tokenizer_sha256": inputs.tokenizer_sha256, "paths": paths},
         "inputs": inputs_doc, "corpus_stats": inputs.corpora, "mixture": mix, "results": results,
         "ratios": ratios(results),
+        "ratios_zephon_rs": ratios_zephon_rs(results),
     }
     md = render_md(doc)
     stem = "latest"
@@ -952,6 +1080,8 @@ def main() -> None:
     print(md)
     log(f"wrote {os.path.join(a.out_dir, stem + '.json')} and .md")
     print(ratio_line(doc["ratios"]))
+    if "zephon_rs" in results:
+        print(ratio_line_zephon_rs(doc["ratios_zephon_rs"]))
 
 
 if __name__ == "__main__":
