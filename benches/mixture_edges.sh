@@ -15,11 +15,17 @@
 #    full rows (`fill_rows`, the default under drop).
 # 4. The same with pages of ~17 k tokens instead of corpus B's documents (corpus B
 #    concatenated until a page has 50,000 bytes): the end of the stream is long pages only.
+# 5. The closed loop at its defaults (chunks of 2,048 estimated tokens, ensure_mixture without
+#    a hold cap, best-fit, a 64-row shuffle split across the lanes), repeating data: tokens
+#    dropped (0), what ensure_mixture holds at the end, and the worst step's excess over the
+#    share against the bound, for corpus B + one-line documents 30 / 70 and corpora A + B
+#    50 / 50, at L = 8 (16 rows of 1024 a step, STEPS5 steps), L = 64 (64 rows of 1024,
+#    STEPS5 / 4) and L = 1024 (1024 rows of 256, STEPS5 / 16).
 #
 #   bash benches/mixture_edges.sh [STEPS] [SEEDS]     (default 200 steps, 2 seeds)
 #
 # Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), ZEPHON_BIN, PARTS (default
-# "1234": which parts to run).
+# "1234": which parts to run), STEPS5 (default 3000).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -142,6 +148,52 @@ for packing in "wrap" "best_fit keep_pieces" "best_fit fill_rows"; do
     read -r algorithm end <<< "$packing"
     for chunks in "chunk_size = 64" "chunk_tokens = 65536" "chunk_tokens = 8192"; do
         printf '%-22s %-22s %s\n' "$packing" "$chunks" "$(lost_by_seed "$algorithm" "$chunks" "$end")"
+    done
+done
+fi
+
+if [[ $PARTS == *5* ]]; then
+STEPS5=${STEPS5:-3000}
+closed_spec() { # long short share_long lanes rows seq_len
+    cat <<SPEC
+seed = 21
+lanes = $4
+rows_per_step = $5
+[[dataset]]
+name = "long"
+path = "$1"
+share = $3
+[[dataset]]
+name = "short"
+path = "$2"
+share = $(python3 -c "print(round(1 - $3, 6))")
+[tokenize]
+tokenizer = "$DATA/tokenizers/gpt2/tokenizer.json"
+eos = "<|endoftext|>"
+[ensure_mixture]
+slack_tokens = 4096
+[pack]
+algorithm = "best_fit"
+seq_len = $6
+bins_total = $(( $4 * 64 < 4096 ? $4 * 64 : 4096 ))
+pad_id = 50256
+[shuffle]
+buffer_total = $(( $4 > 64 ? $4 : 64 ))
+[run]
+threads = 2
+SPEC
+}
+echo "== the closed loop at its defaults: dropped, held at the end, worst excess over the share / bound L x (4096 + seq_len)"
+printf '%-24s %5s %6s %10s %14s %12s %8s
+' mixture L steps "tokens" dropped "held" "worst/bound"
+for mix in "B+one-line $DATA/corpora/b/parquet $TMP/short 0.3" "A+B $DATA/corpora/b/parquet $DATA/corpora/a/jsonl 0.5"; do
+    read -r name long short share <<< "$mix"
+    for shape in "8 16 1024 1" "64 64 1024 4" "1024 1024 256 16"; do
+        read -r lanes rows seq div <<< "$shape"
+        steps=$(( STEPS5 / div ))
+        closed_spec "$long" "$short" "$share" "$lanes" "$rows" "$seq" > "$TMP/c.toml"
+        "$BIN" run --spec "$TMP/c.toml" --steps "$steps" --quiet --report "$TMP/c.json" 2>/dev/null
+        field "$TMP/c.json" "f\"{'$name':<24} {$lanes:>5} {$steps:>6} {r['tokens']:>10} {sum(d['dropped_tokens'] for d in r['data']['datasets']):>14} {sum(d['held_tokens'] for d in r['data']['datasets']):>12} {max(d['max_excess_tokens'] for d in r['shares']) / ($lanes * (4096 + $seq)):>8.2f}\""
     done
 done
 fi

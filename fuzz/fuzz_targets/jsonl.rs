@@ -14,7 +14,13 @@ fuzz_target!(|data: &[u8]| {
     }
     let read_all = |held: usize| {
         let options = DatasetOptions {
-            fields: Fields { text: Some("text".into()), extra: vec!["id".into()], allow_empty: false, max_row_bytes: Some(1 << 20), images: None },
+            fields: Fields {
+                text: Some("text".into()),
+                extra: vec!["id".into()],
+                allow_empty: false,
+                max_row_bytes: Some(1 << 20),
+                images: None,
+            },
             cache_dir: Some(dir.path().join("cache")),
             parquet_cache_bytes: None,
             jsonl_held_bytes: Some(held),

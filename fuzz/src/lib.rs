@@ -1,5 +1,6 @@
-//! What the fuzz targets share: a small real pipeline (byte tokens over two datasets,
-//! ensure_mixture, best-fit packing, a shuffle) and a checkpoint of it, so that mutated
+//! What the fuzz targets share: a small real pipeline (byte tokens over two datasets steered
+//! by each lane's delivered tokens, ensure_mixture, best-fit packing, a shuffle) and a
+//! checkpoint of it, so that mutated
 //! checkpoint bodies reach decoding and restore (every accumulator's state, held documents
 //! included) instead of stopping at the checksum.
 
@@ -7,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use zephon_core::*;
-use zephon_mix::EnsureMixture;
+use zephon_mix::{EnsureMixture, Exhaustion, SourceConfig, SteeredSource};
 use zephon_pack::{Algorithm, Pack, PackConfig};
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, opts, spec};
 
@@ -43,7 +44,13 @@ pub fn run_spec() -> RunSpec {
         .expect("valid settings")
         .standing_stock(pack.holds_positions());
     let ops = Operators::new().then(ByteTokenize).then(ensure).then(pack).then(ShuffleBuffer { size: 3 });
-    spec(datasets(), ops, 4, 1000, Tail::Drop)
+    // Steered by each lane's delivered tokens, so the lanes' states carry the closed loop and
+    // their lineage is named per dataset stream.
+    let datasets = datasets();
+    let config = SourceConfig { seed: 4, chunk_tokens: Some(40), exhaustion: Exhaustion::Repeat, ..Default::default() };
+    let source = SteeredSource::new(&datasets.manifests(), &[0.5, 0.5], config, &[12.0, 125.0], None)
+        .expect("valid mixture");
+    RunSpec { source: Arc::new(source), ..spec(datasets, ops, 4, 1000, Tail::Drop) }
 }
 
 /// The run's fingerprint.

@@ -102,7 +102,9 @@ impl Operator for Shuffle {
             // of 1,024 lanes would touch memory most lanes never use.
             buf: if self.warm_up { Vec::new() } else { Vec::with_capacity(self.size) },
             keep: self.keep.as_ref().map(|(shares, limit)| Keep {
-                shares: shares.clone(),
+                configured: shares.clone(),
+                shares: shares.to_vec(),
+                ended: vec![false; shares.len()],
                 limit: *limit as f64,
                 emitted: vec![0; shares.len()],
             }),
@@ -122,7 +124,11 @@ struct ShuffleBuffer {
 
 /// A lane's emitted tokens per dataset, and the shares they should keep.
 struct Keep {
-    shares: std::sync::Arc<[f64]>,
+    configured: std::sync::Arc<[f64]>,
+    /// The targets in force: the configured shares over the datasets the lane still reads,
+    /// summing as they do.
+    shares: Vec<f64>,
+    ended: Vec<bool>,
     limit: f64,
     emitted: Vec<u64>,
 }
@@ -149,6 +155,17 @@ impl Keep {
             .zip(self.shares.iter())
             .map(|((e, a), s)| (e + a) as f64 - s * total as f64)
             .fold(f64::MIN, f64::max)
+    }
+
+    /// The configured shares over the datasets not ended (all of them if every one ended).
+    fn retarget(&mut self) {
+        let sum: f64 = self.configured.iter().sum();
+        let live: f64 = self.configured.iter().zip(&self.ended).filter(|(_, e)| !**e).map(|(s, _)| s).sum();
+        self.shares = if live > 0.0 {
+            self.configured.iter().zip(&self.ended).map(|(s, e)| if *e { 0.0 } else { s / live * sum }).collect()
+        } else {
+            self.configured.to_vec()
+        };
     }
 
     fn emit(&mut self, r: &Record) {
@@ -223,21 +240,34 @@ impl Accumulator for ShuffleBuffer {
         let mut values = if self.warm_up { vec![self.pushed] } else { Vec::new() };
         if let Some(keep) = &self.keep {
             values.extend(&keep.emitted);
+            values.extend(keep.ended.iter().map(|&e| u64::from(e)));
         }
         AccumulatorState { values, buffered: self.buf.iter().map(|r| r.lineage().clone()).collect() }
+    }
+
+    fn dataset_ended(&mut self, dataset: u32) {
+        if let Some(keep) = &mut self.keep
+            && let Some(e) = keep.ended.get_mut(dataset as usize)
+        {
+            *e = true;
+            keep.retarget();
+        }
     }
 
     fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
         if buffered.len() > self.size {
             return Err(OpError::Fatal(format!("{} buffered records for a buffer of {}", buffered.len(), self.size)));
         }
-        let kept = self.keep.as_ref().map_or(0, |k| k.emitted.len());
+        let kept = self.keep.as_ref().map_or(0, |k| 2 * k.emitted.len());
         let want = usize::from(self.warm_up) + kept;
         if state.values.len() != want {
             return Err(OpError::Fatal(format!("a shuffle state holds {:?}, not {want} values", state.values)));
         }
         if let Some(keep) = &mut self.keep {
-            keep.emitted.copy_from_slice(&state.values[state.values.len() - kept..]);
+            let (emitted, ended) = state.values[state.values.len() - kept..].split_at(kept / 2);
+            keep.emitted.copy_from_slice(emitted);
+            keep.ended = ended.iter().map(|&e| e != 0).collect();
+            keep.retarget();
         }
         if self.warm_up {
             let pushed = state.values[0];

@@ -26,6 +26,11 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 /// Slurm, Open MPI, MPICH or PMIx variables, and it is an error when none is set. The data of
 /// every global step is the same at every dp size dividing the spec's lanes.
 ///
+/// `snapshot_every` is how often the lanes keep the state a checkpoint needs: `state_dict()`
+/// after step s works when `snapshot_every` divides s + 1 (1, the default: after any step).
+/// Keeping it costs a copy of the lineage of what the lanes hold per step; a trainer that
+/// checkpoints every N steps should pass N.
+///
 /// `state_dict()` / `load_state_dict()` follow PyTorch's `Stateful` protocol: one entry
 /// replicated on every rank (`zephon`: format, step, the run's fingerprint) and one per lane
 /// (`lanes`), so that a checkpoint store hands each rank the lanes it owns after a change of dp
@@ -136,7 +141,7 @@ impl Loader {
 #[pymethods]
 impl Loader {
     #[new]
-    #[pyo3(signature = (spec, *, dp_rank = None, dp_world_size = None, threads = None, prefetch_steps = None, base_dir = None, resume_from = None))]
+    #[pyo3(signature = (spec, *, dp_rank = None, dp_world_size = None, threads = None, prefetch_steps = None, snapshot_every = 1, base_dir = None, resume_from = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -145,6 +150,7 @@ impl Loader {
         dp_world_size: Option<u32>,
         threads: Option<usize>,
         prefetch_steps: Option<u64>,
+        snapshot_every: u64,
         base_dir: Option<PathBuf>,
         resume_from: Option<PathBuf>,
     ) -> PyResult<Loader> {
@@ -158,8 +164,12 @@ impl Loader {
             if let Some(p) = prefetch_steps {
                 exec.prefetch_steps = p;
             }
-            // Every step can be followed by `state_dict()`.
-            exec.snapshot_every = 1;
+            if snapshot_every == 0 {
+                return Err(SpecError::new_err(
+                    "snapshot_every must be at least 1 (steps between checkpointable states)",
+                ));
+            }
+            exec.snapshot_every = snapshot_every;
             let pipeline = py.detach(|| spec.pipeline()).map_err(PyZephonError::from)?.exec(exec);
             let datasets: Arc<[String]> = spec.datasets.iter().map(|d| d.name.clone()).collect();
             let mut inner = Inner { pipeline, running: None, position: 0 };

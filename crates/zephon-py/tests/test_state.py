@@ -103,3 +103,18 @@ def test_rank_processes_match_the_cli_and_resume_through_state_at_another_size(t
     first = run_ranks(4, {"spec": str(spec_file), "steps": 3, "save": str(saved)}, tmp_path, "save")
     then = run_ranks(2, {"spec": str(spec_file), "steps": 3, "load": str(saved)}, tmp_path, "load")
     assert combine_hash_logs(first) + combine_hash_logs(then) == cli
+
+
+def test_snapshot_every_keeps_checkpointable_states_only_where_asked(spec_file):
+    reference = fingerprints(zephon_rs.Loader(spec_file, dp_rank=0, dp_world_size=1), 6)
+    loader = zephon_rs.Loader(spec_file, dp_rank=0, dp_world_size=1, snapshot_every=2)
+    next(loader), next(loader)
+    sd = loader.state_dict()
+    next(loader)
+    with pytest.raises(zephon_rs.Error, match="snapshots every 2 steps"):
+        loader.state_dict()
+    resumed = zephon_rs.Loader(spec_file, dp_rank=0, dp_world_size=1)
+    resumed.load_state_dict(sd)
+    assert fingerprints(resumed, 4) == reference[2:]
+    with pytest.raises(zephon_rs.SpecError, match="at least 1"):
+        zephon_rs.Loader(spec_file, dp_rank=0, dp_world_size=1, snapshot_every=0)

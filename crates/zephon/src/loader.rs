@@ -238,6 +238,17 @@ impl Loader {
         DataReport { datasets, tail_dropped_rows, lanes_cut_off }
     }
 
+    /// The lineage of every record this rank's lanes hold after the last delivered step (in
+    /// their accumulators, or in rows made ahead of the consumer), as of their last snapshot:
+    /// with what was delivered, it accounts for every piece read so far.
+    pub fn in_flight(&self) -> Vec<zephon_core::Lineage> {
+        self.engine
+            .lane_states()
+            .into_iter()
+            .flat_map(|l| l.accumulators.into_iter().flat_map(|a| a.buffered).chain(l.pending))
+            .collect()
+    }
+
     /// The token estimates the mixture was planned with (measured, or from the checkpoint).
     pub fn token_estimates(&self) -> Option<&[TokenEstimate]> {
         self.assembled.estimates.as_deref()

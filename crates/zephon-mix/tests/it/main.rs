@@ -4,6 +4,7 @@
 mod exactly_once;
 mod mixture;
 mod shuffle;
+mod steered;
 mod token_shares;
 
 use std::sync::Arc;

@@ -63,6 +63,7 @@ class Loader:
         dp_world_size: Optional[int] = None,
         threads: Optional[int] = None,
         prefetch_steps: Optional[int] = None,
+        snapshot_every: int = 1,
         base_dir: Optional[Union[str, os.PathLike[str]]] = None,
         resume_from: Optional[Union[str, os.PathLike[str]]] = None,
     ) -> "Loader": ...

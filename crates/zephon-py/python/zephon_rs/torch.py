@@ -103,6 +103,10 @@ def _make_titan_loader() -> type:
             """The zephon spec (a TOML file) that makes the data."""
             threads: Optional[int] = None
             """Engine worker threads (default: the spec's, else every core)."""
+            snapshot_every: int = 1
+            """Steps between the states a checkpoint can take (`Loader(snapshot_every=...)`): the
+            trainer's checkpoint interval in loader steps makes steps cheaper, but a checkpoint
+            at any other step is then refused."""
             if flat:
                 repeat: bool = True
                 """Set by TorchTitan's validator; whether the data repeats is the spec's
@@ -123,6 +127,7 @@ def _make_titan_loader() -> type:
             local_batch_size: Optional[int] = None,
             max_context_length: Optional[int] = None,
             num_tokens_per_batch: Optional[int] = None,
+            snapshot_every_n_steps: Optional[int] = None,
             **_: Any,
         ) -> None:
             if not config.spec:
@@ -131,7 +136,10 @@ def _make_titan_loader() -> type:
             self.flat = flat
             self.last_step: Optional[Any] = None
             """The zephon ``Step`` behind the last batch (its provenance and lane digests)."""
-            self.loader = Loader(config.spec, dp_rank=dp_rank, dp_world_size=dp_world_size, threads=config.threads)
+            # The trainer may checkpoint at a step off its interval (at the end of training), so
+            # every step keeps its state unless the config says otherwise.
+            self.loader = Loader(config.spec, dp_rank=dp_rank, dp_world_size=dp_world_size, threads=config.threads,
+                                 snapshot_every=config.snapshot_every)
             rows, length = self.loader.local_rows, self.loader.seq_len
             if length is None:
                 raise ValueError(f"spec {config.spec}: TorchTitan needs fixed-length rows: give it a [pack] table")
