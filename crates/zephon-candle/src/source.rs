@@ -27,7 +27,7 @@ pub trait StepSource: Send + 'static {
 
 /// What a run writes beside the lanes in every checkpoint file: its fingerprint and metadata,
 /// and the lanes' sample streams that name buffered samples compactly.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointHeader {
     /// The run's identity, part by part.
     pub fingerprint: RunFingerprint,

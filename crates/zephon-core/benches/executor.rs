@@ -23,8 +23,8 @@ impl Operator for Identity {
     fn name(&self) -> &str {
         "identity"
     }
-    fn fingerprint(&self) -> String {
-        String::new()
+    fn fingerprint(&self) -> zephon_core::Settings {
+        zephon_core::Settings::new("test", 1).set("text", String::new())
     }
 }
 

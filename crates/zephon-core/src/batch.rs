@@ -3,11 +3,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::array::{Array, ArrayData, DType, Element, Shape};
-use crate::buffer::Buffer;
 use crate::error::OpError;
-use crate::lineage::Lineage;
-use crate::record::{Attachment, Field, Record, Value};
+use zephon_operator::{Array, ArrayData, Attachment, Buffer, DType, Element, Field, Lineage, Record, Shape, Value};
 
 /// Items of varying shape, and a varying number of them per row: every item's elements
 /// concatenated into one flat array, with offsets.
@@ -554,8 +551,7 @@ fn attachment_columns(rows: &[&Record]) -> Result<Vec<Column>, OpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::SampleId;
-    use crate::lineage::{Fragment, Span};
+    use zephon_operator::{Fragment, SampleId, Span};
 
     fn row(n: u32, images: &[(u32, u32, usize)]) -> Record {
         let frag = Fragment::range(SampleId::new(0, 0, n as u64), 0, n).unwrap();

@@ -1,8 +1,9 @@
-//! The crate's error type.
+//! The engine's error type.
 
 use std::path::PathBuf;
 
-use crate::id::{Lane, SampleId, Step};
+pub use zephon_operator::OpError;
+use zephon_operator::{Lane, SampleId, Step};
 
 /// Everything that can go wrong in the lane core, with the context needed to act on it.
 #[derive(Debug, thiserror::Error)]
@@ -131,20 +132,6 @@ impl Error {
 pub(crate) fn record_error(names: &[String], sample: SampleId, lane: Lane, operator: &str, message: String) -> Error {
     let dataset = names.get(sample.dataset as usize).cloned().unwrap_or_else(|| format!("dataset #{}", sample.dataset));
     Error::Record { dataset, shard: sample.shard, row: sample.row, lane, operator: operator.to_string(), message }
-}
-
-/// The error an operator or reader returns for one record.
-///
-/// `Data` errors are about the record (malformed, empty, too long): the run's bad-record policy
-/// decides whether they stop the run or are skipped and counted. `Fatal` errors always stop it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OpError {
-    /// The record is bad; skippable under a skip policy.
-    #[error("{0}")]
-    Data(String),
-    /// Something other than this record is wrong; never skipped.
-    #[error("{0}")]
-    Fatal(String),
 }
 
 /// Result of a core operation.

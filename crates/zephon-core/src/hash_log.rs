@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::digest::Digest;
-use crate::id::{Lane, Step};
 use crate::step::step_fingerprint;
+use zephon_operator::{Digest, Lane, Step};
 
 /// One line of a hash log.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

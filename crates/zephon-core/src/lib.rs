@@ -1,4 +1,4 @@
-//! The lane core of zephon: elastic determinism for on-the-fly data pipelines.
+//! The engine of zephon: elastic determinism for on-the-fly data pipelines.
 //!
 //! A training run's data is split into L **lanes**, independent sample streams that are fixed
 //! for the life of the run and dealt to ranks (rank r of W owns lanes `[r·L/W, (r+1)·L/W)`).
@@ -15,10 +15,11 @@
 //! ([`Engine`]). Accumulator state is checkpointed as small numbers plus the
 //! [`Lineage`] of held records, so a restore rebuilds what was buffered and replays nothing.
 //!
-//! What this crate is not: it reads no file formats (`zephon-io`), knows no mixtures or
-//! shuffles beyond a simple in-memory source (`zephon-mix`), and tokenizes and packs nothing
-//! (`zephon-text`, `zephon-pack`). It depends on nothing heavy, so an operator author can
-//! depend on it alone.
+//! What this crate is not: it is not the operator interface (records, lineage, the traits and
+//! `check_operator` are `zephon-operator`, re-exported here, which an operator crate depends on
+//! alone); it reads no file formats (`zephon-io`), knows no mixtures or shuffles beyond a simple
+//! in-memory source (`zephon-mix`), and tokenizes and packs nothing (`zephon-text`,
+//! `zephon-pack`). It depends on nothing heavy.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -45,49 +46,36 @@
 
 #![deny(missing_docs)]
 
-mod array;
 mod batch;
-mod buffer;
 pub mod checkpoint;
-mod digest;
-mod encoding;
 mod engine;
 mod error;
 mod hash_log;
-mod id;
-mod lineage;
-mod operator;
 mod operators;
-mod pretokenized;
-mod record;
-pub mod rng;
 mod source;
 mod step;
 pub mod testing;
 mod topology;
 
-pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
 pub use batch::{Batch, Column, ColumnData, Ragged, RaggedLayout};
-pub use buffer::Buffer;
 pub use checkpoint::{
     Cursor, LanePart, LaneState, RunFingerprint, SkipTally, Skips, SplitCheckpoint, SteerState, TailDropped,
 };
-pub use digest::{Digest, Hasher};
-pub use encoding::{ENCODING_VERSION, encode_record};
 pub use engine::{BadRecords, Engine, ExecOptions, Held, RunSpec, StageTime, Tail};
-pub use error::{Error, OpError, Result};
-pub use half;
+pub use error::{Error, Result};
 pub use hash_log::{HashLog, HashLogLine};
-pub use id::{Lane, SampleId, Step};
-pub use lineage::{Extent, Fragment, Lineage, Span};
-pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput};
 pub use operators::Operators;
-pub use pretokenized::PreTokenized;
-pub use record::{Attachment, Field, Record, Value, safe_cut, slice_attachments};
-pub use rng::{Permutation, Rng, RngKey};
 pub use source::{
     Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, Steering, WorkSource,
     deal_chunk,
 };
 pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
 pub use topology::{RankEnv, Topology};
+// The operator interface, so that a user of the engine needs one import; an operator crate
+// depends on `zephon-operator` alone.
+pub use zephon_operator::{
+    Accumulator, AccumulatorState, Array, ArrayData, Attachment, Buffer, DType, Digest, ENCODING_VERSION, Element,
+    Extent, Field, Fragment, Hasher, Lane, LaneContext, Lineage, OpError, Operator, OperatorKind, Permutation,
+    RebuildInput, Record, Rng, RngKey, SETTINGS_VERSION, SampleId, Settings, SettingsValue, Shape, ShapeError, Span,
+    Step, Value, encode_record, half, rng, safe_cut, slice_attachments,
+};

@@ -4,11 +4,8 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::digest::Digest;
 use crate::error::{Error, OpError, Result};
-use crate::lineage::Lineage;
-use crate::operator::{Accumulator, LaneContext, Operator, OperatorKind};
-use crate::record::Record;
+use zephon_operator::{Accumulator, Digest, LaneContext, Lineage, Operator, OperatorKind, Record};
 
 /// Operators in order. Records flow through each operator's stateless part, then its
 /// accumulator, then on to the next operator.
@@ -23,17 +20,10 @@ impl Operators {
         Operators::default()
     }
 
-    /// Appends an operator.
+    /// Appends an operator (a shared one too: `Arc<dyn Operator>` is an operator).
     #[must_use]
     pub fn then(mut self, op: impl Operator) -> Self {
         self.ops.push(Arc::new(op));
-        self
-    }
-
-    /// Appends a shared operator.
-    #[must_use]
-    pub fn then_arc(mut self, op: Arc<dyn Operator>) -> Self {
-        self.ops.push(op);
         self
     }
 
@@ -42,13 +32,20 @@ impl Operators {
         &self.ops
     }
 
-    /// A digest of every operator's name and fingerprint, in order.
+    /// A digest of every operator's name, kind and settings, in order (canonically encoded).
     pub fn fingerprint(&self) -> Digest {
-        let mut text = String::new();
-        for op in &self.ops {
-            let _ = writeln!(text, "{}\t{:?}\t{}", op.name(), op.kind(), op.fingerprint());
-        }
-        Digest::of(text.as_bytes())
+        let ops: Vec<zephon_operator::SettingsValue> = self
+            .ops
+            .iter()
+            .map(|op| {
+                zephon_operator::Settings::new("operator", 1)
+                    .set("name", op.name())
+                    .set("kind", op.kind().as_str())
+                    .set("settings", op.fingerprint())
+                    .into()
+            })
+            .collect();
+        zephon_operator::Settings::new("operators", 1).set("operators", ops).digest()
     }
 
     /// The plan as text: which operators run in parallel, which per lane, what each buffers.
@@ -132,9 +129,9 @@ impl Plan {
                 operator: op.name().to_string(),
                 lane: ctx.lane,
                 message: format!(
-                    "returns an accumulator but its kind() is {:?}, so the accumulator would never run: \
+                    "returns an accumulator but its kind() is {}, so the accumulator would never run: \
                      override kind() to return Accumulate or MapThenAccumulate",
-                    op.kind()
+                    op.kind().as_str()
                 ),
             });
         }
@@ -144,7 +141,7 @@ impl Plan {
                 st.op.accumulator(ctx).ok_or_else(|| Error::Operator {
                     operator: st.op.name().to_string(),
                     lane: ctx.lane,
-                    message: format!("declares kind {:?} but returned no accumulator", OperatorKind::Accumulate),
+                    message: format!("declares kind {} but returned no accumulator", OperatorKind::Accumulate.as_str()),
                 })
             })
             .collect()

@@ -9,11 +9,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::digest::Digest;
 use crate::error::OpError;
-use crate::id::{Lane, SampleId};
-use crate::record::{Field, Record, Value};
-use crate::rng::{Permutation, RngKey};
+use zephon_operator::{Digest, Field, Lane, Permutation, Record, RngKey, SampleId, Settings, SettingsValue, Value};
 
 /// One shard as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,12 +186,13 @@ pub trait WorkSource: Send + Sync {
     /// more work (it then has none for any larger `n`).
     fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String>;
 
-    /// Everything that changes the stream, canonical, for the checkpoint fingerprint.
-    fn fingerprint(&self) -> String;
+    /// Everything that changes the stream, typed and canonically encoded, for the checkpoint
+    /// fingerprint.
+    fn fingerprint(&self) -> Settings;
 
-    /// One line for `explain`.
+    /// One line for `explain`. The default is the text form of [`WorkSource::fingerprint`].
     fn describe(&self) -> String {
-        self.fingerprint()
+        self.fingerprint().to_text()
     }
 
     /// The closed loop of a source that steers each lane by what it delivered (see
@@ -255,11 +253,11 @@ impl MemoryDataset {
                 .enumerate()
                 .map(|(i, rows)| {
                     let mut bytes = 0u64;
-                    let mut h = crate::digest::Hasher::new();
+                    let mut h = zephon_operator::Hasher::new();
                     for row in rows {
                         let r = Record::from_sample(SampleId::new(0, 0, 0));
                         let r = row.iter().fold(r, |r, (f, v)| r.with(f, v.clone()));
-                        crate::encoding::encode_record(&r, &mut |b| {
+                        zephon_operator::encode_record(&r, &mut |b| {
                             bytes += b.len() as u64;
                             h.update(b)
                         });
@@ -351,10 +349,16 @@ impl WorkSource for SequentialSource {
         Ok(Some(Chunk { index: g, samples: (start..end).map(|i| self.sample_at(i)).collect() }))
     }
 
-    fn fingerprint(&self) -> String {
-        format!(
-            "sequential(shards={:?}, chunk_size={}, epochs={}, seed={})",
-            self.shards, self.chunk_size, self.epochs, self.seed
-        )
+    fn fingerprint(&self) -> Settings {
+        let shards: Vec<SettingsValue> = self
+            .shards
+            .iter()
+            .map(|&(d, s, rows)| SettingsValue::List(vec![d.into(), s.into(), rows.into()]))
+            .collect();
+        Settings::new("sequential", 1)
+            .set("shards", shards)
+            .set("chunk_size", self.chunk_size)
+            .set("epochs", self.epochs)
+            .set("seed", self.seed)
     }
 }

@@ -2,17 +2,15 @@
 //! digests that prove two runs delivered the same bytes.
 
 use crate::batch::Batch;
-use crate::digest::{Digest, Hasher};
 use crate::error::{Error, Result};
-use crate::id::{Lane, Step};
-use crate::record::Record;
 use crate::topology::Topology;
+use zephon_operator::{Digest, Hasher, Lane, Record, Step};
 
 /// SHA-256 over the canonical encodings of `rows`, in order: the lane's digest for a step.
 pub fn lane_digest(rows: &[Record]) -> Digest {
     let mut h = Hasher::new();
     for r in rows {
-        crate::encoding::encode_record(r, &mut |b| h.update(b));
+        zephon_operator::encode_record(r, &mut |b| h.update(b));
     }
     h.finish()
 }

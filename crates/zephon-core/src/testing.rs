@@ -1,17 +1,18 @@
-//! Proving a third-party operator in one call: [`check_operator`] runs it through the engine at
-//! several world sizes and thread counts, across a checkpoint restored at another world size,
-//! and with a second accumulator after it (so that its `rebuild` runs), and compares every
-//! global step with a single-process run.
+//! Proving an operator through the engine: [`check_in_engine`] runs it at several world sizes
+//! and thread counts, across a checkpoint restored at another world size, and with a second
+//! accumulator after it (so that its `rebuild` runs), and compares every global step with a
+//! single-process run. The contract check that needs no engine, for operator crates, is
+//! `zephon_operator::testing::check_operator`.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use zephon_core::testing::{CheckOptions, check_operator};
+//! use zephon_core::testing::{CheckOptions, check_in_engine};
 //! use zephon_core::*;
 //!
 //! struct Upper;
 //! impl Operator for Upper {
 //!     fn name(&self) -> &str { "upper" }
-//!     fn fingerprint(&self) -> String { "v1".into() }
+//!     fn fingerprint(&self) -> Settings { Settings::new("upper", 1) }
 //!     fn apply(&self, mut r: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
 //!         let t = r.str("text").ok_or_else(|| OpError::Data("no text".into()))?.to_uppercase();
 //!         r.set(&"text".into(), Value::text(t));
@@ -21,7 +22,7 @@
 //! }
 //! let texts: Vec<String> = (0..40).map(|i| format!("document {i}")).collect();
 //! let data = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("d", "text", vec![texts]))]);
-//! let report = check_operator(|| Upper, data, CheckOptions::default())?;
+//! let report = check_in_engine(|| Upper, data, CheckOptions::default())?;
 //! assert!(report.steps > 0);
 //! # Ok::<(), String>(())
 //! ```
@@ -29,19 +30,17 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::digest::Digest;
 use crate::engine::{BadRecords, Engine, ExecOptions, RunSpec, Tail};
 use crate::error::OpError;
-use crate::lineage::Lineage;
-use crate::operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind};
 use crate::operators::Operators;
-use crate::record::Record;
-use crate::rng::RngKey;
 use crate::source::{Datasets, SequentialSource};
 use crate::step::step_fingerprint;
 use crate::topology::Topology;
+use zephon_operator::{
+    Accumulator, AccumulatorState, Digest, LaneContext, Lineage, Operator, OperatorKind, Record, RngKey, Settings,
+};
 
-/// How hard [`check_operator`] looks.
+/// How hard [`check_in_engine`] looks.
 #[derive(Copy, Clone, Debug)]
 pub struct CheckOptions {
     /// Lanes (the world sizes tried are its divisors up to 8).
@@ -64,7 +63,7 @@ impl Default for CheckOptions {
     }
 }
 
-/// What [`check_operator`] compared.
+/// What [`check_in_engine`] compared.
 #[derive(Clone, Debug)]
 pub struct CheckReport {
     /// Steps compared in every configuration.
@@ -79,7 +78,7 @@ pub struct CheckReport {
 /// all of that again with a pass-through accumulator after the operator (which makes a restore
 /// call its `Accumulator::rebuild` for records it emitted). Returns what it compared, or the
 /// first difference or error.
-pub fn check_operator<O: Operator>(
+pub fn check_in_engine<O: Operator>(
     make: impl Fn() -> O,
     datasets: Datasets,
     options: CheckOptions,
@@ -90,7 +89,7 @@ pub fn check_operator<O: Operator>(
     let mut report = CheckReport { steps: o.steps, configurations: Vec::new() };
     for hold in [false, true] {
         let ops = || {
-            let ops = Operators::new().then_arc(make());
+            let ops = Operators::new().then(make());
             if hold { ops.then(Hold) } else { ops }
         };
         let spec = RunSpec {
@@ -198,8 +197,8 @@ impl Operator for Hold {
     fn name(&self) -> &str {
         "hold"
     }
-    fn fingerprint(&self) -> String {
-        "hold/3".into()
+    fn fingerprint(&self) -> Settings {
+        Settings::new("hold", 3)
     }
     fn kind(&self) -> OperatorKind {
         OperatorKind::Accumulate

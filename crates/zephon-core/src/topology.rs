@@ -5,7 +5,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::id::Lane;
+use zephon_operator::Lane;
 
 /// The shape of a run: L lanes, G rows per global step, and this process's place (rank r of W).
 ///

@@ -1,6 +1,8 @@
 //! ensure_mixture: keeps the token shares of the rows a lane's packer makes on target.
 
-use zephon_core::{Accumulator, AccumulatorState, LaneContext, OpError, Operator, OperatorKind, Record, Value};
+use zephon_core::{
+    Accumulator, AccumulatorState, LaneContext, OpError, Operator, OperatorKind, Record, Settings, Value,
+};
 
 use crate::held::Held;
 
@@ -94,16 +96,15 @@ impl Operator for EnsureMixture {
         "ensure_mixture"
     }
 
-    fn fingerprint(&self) -> String {
-        format!(
-            "shares={:?} slack_tokens={} hold={} stock_tokens={} kept_tokens={} field={} measured_at=next_stage",
-            self.shares,
-            self.slack_tokens,
-            self.hold.map_or("none".to_string(), |h| h.to_string()),
-            self.stock_tokens,
-            self.kept_tokens,
-            self.field
-        )
+    fn fingerprint(&self) -> Settings {
+        Settings::new("ensure_mixture", 1)
+            .set("shares", self.shares.clone())
+            .set("slack_tokens", self.slack_tokens)
+            .set("hold", self.hold)
+            .set("stock_tokens", self.stock_tokens)
+            .set("kept_tokens", self.kept_tokens)
+            .set("field", self.field.as_str())
+            .set("measured_at", "next_stage")
     }
 
     fn describe(&self) -> String {

@@ -2,7 +2,7 @@
 
 use zephon_core::rng::mix64;
 use zephon_core::{
-    Accumulator, AccumulatorState, LaneContext, Lineage, OpError, Operator, OperatorKind, Record, RngKey,
+    Accumulator, AccumulatorState, LaneContext, Lineage, OpError, Operator, OperatorKind, Record, RngKey, Settings,
 };
 
 /// Shuffles a lane's records through a buffer of `size`: once the buffer is full, each new
@@ -67,13 +67,15 @@ impl Operator for Shuffle {
         "shuffle"
     }
 
-    fn fingerprint(&self) -> String {
-        // The warm-up is named only when on: the line without it means a plain buffer.
-        let base =
-            if self.warm_up { format!("buffer={} warm_up=half", self.size) } else { format!("buffer={}", self.size) };
+    fn fingerprint(&self) -> Settings {
+        // The warm-up is named only when on: settings without it mean a plain buffer.
+        let mut s = Settings::new("shuffle", 1).set("buffer", self.size);
+        if self.warm_up {
+            s = s.set("warm_up", "half");
+        }
         match &self.keep {
-            Some((shares, limit)) => format!("{base} keep_shares={shares:?} limit={limit}"),
-            None => base,
+            Some((shares, limit)) => s.set("keep_shares", shares.to_vec()).set("limit", *limit),
+            None => s,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The mixture work source: datasets interleaved by weight, cut into chunks, dealt to lanes.
 
 use serde::{Deserialize, Serialize};
-use zephon_core::{Chunk, DatasetManifest, Lane, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, Lane, Settings, SettingsValue, WorkSource};
 
 use crate::balance::{self, Balance, TailPlan};
 use crate::error::{Error, Result};
@@ -50,6 +50,46 @@ pub struct SourceConfig {
 
 fn is_estimates(b: &Balance) -> bool {
     *b == Balance::Estimates
+}
+
+impl SourceConfig {
+    /// The configuration as fingerprint settings (enums by their names in specs).
+    pub fn settings(&self) -> Settings {
+        let mut s = Settings::new("source", 1)
+            .set("seed", self.seed)
+            .set("chunk_size", self.chunk_size)
+            .set("order", serde_name(&self.order))
+            .set("exhaustion", self.exhaustion.as_str())
+            .set("passes", self.passes);
+        // Left out at their defaults, as in the spec, so that adding them changed nothing.
+        if let Some(t) = self.chunk_tokens {
+            s = s.set("chunk_tokens", t);
+        }
+        if self.balance != Balance::Estimates {
+            s = s.set("balance", serde_name(&self.balance));
+        }
+        s
+    }
+}
+
+impl Exhaustion {
+    /// The policy's name in specs and fingerprints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Exhaustion::Stop => "stop",
+            Exhaustion::Redistribute => "redistribute",
+            Exhaustion::Repeat => "repeat",
+        }
+    }
+}
+
+/// The name serde gives a unit enum variant in specs (its snake_case name).
+fn serde_name<T: Serialize>(v: &T) -> SettingsValue {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s.into(),
+        Ok(other) => other.to_string().into(),
+        Err(e) => format!("unnamed ({e})").into(),
+    }
 }
 
 impl Default for SourceConfig {
@@ -469,29 +509,25 @@ impl WorkSource for MixtureSource {
         })
     }
 
-    fn fingerprint(&self) -> String {
-        let datasets: Vec<String> = self.names.iter().zip(&self.m).map(|(n, m)| format!("{n}:{m}")).collect();
-        // Both cut the chunks: the estimates by tokens, and the even last block of a finite
-        // stream by estimated tokens (bytes per row unless estimates were given).
-        let row_tokens = match (self.config.chunk_tokens, self.total) {
-            (Some(_), _) | (None, Some(_)) => format!(", row_tokens={:?}", self.row_tokens),
-            (None, None) => String::new(),
-        };
-        let last_block = match (&self.tail, self.total) {
-            (Some(plan), _) => format!(", tail={}", plan.digest()),
-            (None, Some(_)) => ", last_block=even".to_string(),
-            (None, None) => String::new(),
-        };
+    fn fingerprint(&self) -> Settings {
+        let datasets: Vec<SettingsValue> =
+            self.names.iter().zip(&self.m).map(|(n, m)| SettingsValue::List(vec![n.into(), (*m).into()])).collect();
         // An endless stream has no end to share: its fingerprint does not name a balance.
         let mut config = self.config;
         if self.total.is_none() {
             config.balance = Balance::Estimates;
         }
-        format!(
-            "mixture(datasets=[{}], config={}{row_tokens}{last_block})",
-            datasets.join(","),
-            serde_json::to_string(&config).unwrap_or_default()
-        )
+        let mut s = Settings::new("mixture", 1).set("datasets", datasets).set("config", config.settings());
+        // Both cut the chunks: the estimates by tokens, and the even last block of a finite
+        // stream by estimated tokens (bytes per row unless estimates were given).
+        if self.config.chunk_tokens.is_some() || self.total.is_some() {
+            s = s.set("row_tokens", self.row_tokens.clone());
+        }
+        match (&self.tail, self.total) {
+            (Some(plan), _) => s.set("tail", plan.digest()),
+            (None, Some(_)) => s.set("last_block", "even"),
+            (None, None) => s,
+        }
     }
 
     fn describe(&self) -> String {

@@ -1,7 +1,7 @@
 //! Token shares held by a closed loop per lane: each dataset is a stream of its own, and a lane
 //! reads next the dataset furthest behind its share of the tokens the lane has delivered.
 
-use zephon_core::{Chunk, DatasetManifest, Lane, Steering, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, Lane, Settings, Steering, WorkSource};
 
 use crate::error::{Error, Result};
 use crate::source::{Exhaustion, MixtureSource, SourceConfig};
@@ -138,9 +138,12 @@ impl WorkSource for SteeredSource {
         Err(format!("{lane} reads a steered mixture: its chunks depend on what it delivered (Steering)"))
     }
 
-    fn fingerprint(&self) -> String {
-        let streams: Vec<String> = self.streams.iter().map(WorkSource::fingerprint).collect();
-        format!("steered(shares={:?}, exhaustion={:?}, streams=[{}])", self.shares, self.exhaustion, streams.join("; "))
+    fn fingerprint(&self) -> Settings {
+        let streams: Vec<Settings> = self.streams.iter().map(WorkSource::fingerprint).collect();
+        Settings::new("steered", 1)
+            .set("shares", self.shares.clone())
+            .set("exhaustion", self.exhaustion.as_str())
+            .set("streams", streams)
     }
 
     fn describe(&self) -> String {

@@ -196,24 +196,30 @@ impl PackConfig {
     /// the row layout: a change to what rows contain must change it. The end-of-data policy
     /// and the warm-up are named only where they change rows (not wrap) and differ from the
     /// default: the line without them means the default.
-    pub fn fingerprint(&self) -> String {
-        let mut end = match (self.algorithm, self.end_of_data) {
-            (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => String::new(),
-            (_, other) => format!(" end_of_data={other}"),
+    pub fn fingerprint(&self) -> zephon_operator::Settings {
+        let (algorithm, bins) = match self.algorithm {
+            Algorithm::Wrap => ("wrap", None),
+            Algorithm::FirstFit { bins } => ("first-fit", Some(bins)),
+            Algorithm::BestFit { bins } => ("best-fit", Some(bins)),
         };
-        if self.warm_up && self.algorithm != Algorithm::Wrap {
-            end.push_str(" warm_up=doubling");
+        let mut s = zephon_operator::Settings::new("pack", 1)
+            .set("algorithm", algorithm)
+            .set("bins", bins)
+            .set("seq_len", self.seq_len)
+            .set("max_segments", self.max_segments)
+            .set("long", self.long.to_string())
+            .set("pad_id", self.pad_id)
+            .set("ignore_index", self.ignore_index)
+            .set("input_field", self.input_field.as_str());
+        // Settings without effect are left out, so that they do not refuse a restore.
+        match (self.algorithm, self.end_of_data) {
+            (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => {}
+            (_, other) => s = s.set("end_of_data", other.to_string()),
         }
-        format!(
-            "pack/v1 algorithm={} seq_len={} max_segments={} long={} pad_id={} ignore_index={} input_field={:?}{end}",
-            self.algorithm,
-            self.seq_len,
-            self.max_segments,
-            self.long,
-            self.pad_id,
-            self.ignore_index,
-            self.input_field
-        )
+        if self.warm_up && self.algorithm != Algorithm::Wrap {
+            s = s.set("warm_up", "doubling");
+        }
+        s
     }
 }
 

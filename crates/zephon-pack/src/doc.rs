@@ -1,6 +1,6 @@
 //! The input side: checking a tokenized record and cutting it into pieces that fit a row.
 
-use zephon_core::{Attachment, Buffer, Fragment, Record, Value, slice_attachments};
+use zephon_operator::{Attachment, Buffer, Fragment, Record, Value, slice_attachments};
 
 use crate::config::LongDocs;
 use crate::error::PackError;
@@ -96,7 +96,7 @@ impl Piece {
 
     /// The largest position at or before `at` that does not fall inside an atomic attachment.
     pub fn safe_cut(&self, at: usize) -> usize {
-        zephon_core::safe_cut(&self.attachments, at)
+        zephon_operator::safe_cut(&self.attachments, at)
     }
 }
 
@@ -151,7 +151,7 @@ fn record_name(record: &Record) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zephon_core::{Array, Lineage, SampleId, Span};
+    use zephon_operator::{Array, Lineage, SampleId, Span};
 
     fn frag(start: u32, end: u32) -> Fragment {
         Fragment::range(SampleId::new(0, 0, 3), start, end).unwrap()

@@ -1,6 +1,6 @@
 //! The crate's error type: bad settings, bad input records, bad checkpoint state.
 
-use zephon_core::OpError;
+use zephon_operator::OpError;
 
 /// Everything that can go wrong while configuring or running a packer.
 ///
@@ -123,12 +123,5 @@ impl PackError {
 impl From<PackError> for OpError {
     fn from(e: PackError) -> Self {
         if e.is_data() { OpError::Data(e.to_string()) } else { OpError::Fatal(e.to_string()) }
-    }
-}
-
-/// So that `?` works where a packer setting is checked inside core-typed code.
-impl From<PackError> for zephon_core::Error {
-    fn from(e: PackError) -> Self {
-        zephon_core::Error::Config(e.to_string())
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use zephon_core::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
+use zephon_operator::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
 use crate::config::{EndOfData, PackConfig};
 use crate::doc::{Piece, pieces, read_piece};

@@ -35,7 +35,7 @@
 //!
 //! Input is what a tokenizer emits: a field (`tokens` by default) holding a `Value::Seq` of
 //! u32 ids, and a lineage of one fragment spanning exactly those ids. Anything else is an
-//! [`zephon_core::OpError::Data`] for that record. Empty documents are skipped silently: they
+//! [`zephon_operator::OpError::Data`] for that record. Empty documents are skipped silently: they
 //! have no tokens to train on and must not become empty segments.
 //!
 //! What this crate is not: it does not tokenize (put a tokenizer before it), shuffle rows (put
@@ -43,7 +43,7 @@
 //! stream in order and depend on nothing else, so they cannot look ahead across lanes.
 //!
 //! ```
-//! use zephon_core::{Fragment, LaneContext, Lane, Lineage, Operator, Record, SampleId, Span, Value};
+//! use zephon_operator::{Fragment, LaneContext, Lane, Lineage, Operator, Record, SampleId, Span, Value};
 //! use zephon_pack::{Algorithm, Pack, PackConfig};
 //!
 //! let pack = Pack::new(PackConfig { max_segments: 4, ..PackConfig::new(Algorithm::BestFit { bins: 8 }, 8) })?;
@@ -73,7 +73,7 @@ mod wrap;
 
 use std::sync::Arc;
 
-use zephon_core::{Accumulator, LaneContext, Operator, OperatorKind};
+use zephon_operator::{Accumulator, LaneContext, Operator, OperatorKind};
 
 pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongDocs, PackConfig};
 pub use error::PackError;
@@ -131,7 +131,7 @@ impl Operator for Pack {
         "pack"
     }
 
-    fn fingerprint(&self) -> String {
+    fn fingerprint(&self) -> zephon_operator::Settings {
         self.config.fingerprint()
     }
 

@@ -4,7 +4,7 @@
 //! it with the row's fragments and their tokens, so a rebuilt row is byte-identical to the
 //! row first emitted by construction, not by a second implementation agreeing with the first.
 
-use zephon_core::{Attachment, Buffer, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
+use zephon_operator::{Attachment, Buffer, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
 
 use crate::config::PackConfig;
 use crate::doc::{Piece, read_piece};
@@ -270,7 +270,7 @@ pub(crate) fn assemble(
 mod tests {
     use super::*;
     use crate::config::Algorithm;
-    use zephon_core::SampleId;
+    use zephon_operator::SampleId;
 
     fn frag(row: u64, start: u32, end: u32) -> Fragment {
         Fragment::range(SampleId::new(0, 0, row), start, end).unwrap()
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn placeholders_get_no_labels_and_attachments_learn_their_segment() {
-        use zephon_core::{Attachment, Span};
+        use zephon_operator::{Attachment, Span};
         let config = PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) };
         let image = Attachment::new(&"image".into(), 0).placed(Span::at(1, 2).unwrap(), true);
         let mut row = OpenRow::new(&config);

@@ -9,7 +9,7 @@
 //! `buffered` is every held piece, row by row, in order: one single-fragment lineage each. No
 //! tokens are saved; restore hands the pieces back rebuilt and [`restore`] regroups them.
 
-use zephon_core::{AccumulatorState, Record};
+use zephon_operator::{AccumulatorState, Record};
 
 use crate::config::PackConfig;
 use crate::error::PackError;

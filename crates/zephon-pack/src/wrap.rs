@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use zephon_core::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
+use zephon_operator::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
 use crate::config::{LongDocs, PackConfig};
 use crate::doc::{Piece, read_piece, too_long};

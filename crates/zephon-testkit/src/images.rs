@@ -41,8 +41,8 @@ impl Operator for ImageTokenize {
     fn name(&self) -> &str {
         "image-tokenize"
     }
-    fn fingerprint(&self) -> String {
-        format!("bytes+images transpose={}", self.transpose)
+    fn fingerprint(&self) -> Settings {
+        Settings::new("bytes+images", 1).set("transpose", self.transpose)
     }
     fn apply(&self, mut record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let text = match record.take("text") {
@@ -88,8 +88,8 @@ impl Operator for Split {
     fn name(&self) -> &str {
         "split"
     }
-    fn fingerprint(&self) -> String {
-        format!("max={}", self.max)
+    fn fingerprint(&self) -> Settings {
+        Settings::new("max", 1).set("max", self.max)
     }
     fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let mut start = 0;

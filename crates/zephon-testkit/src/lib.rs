@@ -31,8 +31,8 @@ impl Operator for ByteTokenize {
     fn name(&self) -> &str {
         "byte-tokenize"
     }
-    fn fingerprint(&self) -> String {
-        "bytes+eos".into()
+    fn fingerprint(&self) -> Settings {
+        Settings::new("bytes+eos", 1)
     }
     fn apply(&self, mut record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let text = match record.take("text") {
@@ -61,8 +61,8 @@ impl Operator for WrapPack {
     fn name(&self) -> &str {
         "wrap-pack"
     }
-    fn fingerprint(&self) -> String {
-        format!("len={}", self.len)
+    fn fingerprint(&self) -> Settings {
+        Settings::new("chunk", 1).set("len", self.len)
     }
     fn kind(&self) -> OperatorKind {
         OperatorKind::Accumulate
@@ -167,8 +167,8 @@ impl Operator for ShuffleBuffer {
     fn name(&self) -> &str {
         "shuffle-buffer"
     }
-    fn fingerprint(&self) -> String {
-        format!("size={}", self.size)
+    fn fingerprint(&self) -> Settings {
+        Settings::new("buffer", 1).set("size", self.size)
     }
     fn kind(&self) -> OperatorKind {
         OperatorKind::Accumulate

@@ -36,6 +36,7 @@ mod bpe;
 mod merge_table;
 mod piece_cache;
 mod pretok;
+mod pretokenized;
 mod reference;
 mod split;
 #[cfg(test)]
@@ -44,5 +45,6 @@ mod tokenize;
 mod tokenizer;
 mod vocab_table;
 
+pub use pretokenized::PreTokenized;
 pub use tokenize::{ImagePlaceholders, LongDocuments, Tokenize};
 pub use tokenizer::{CheckReport, Error, Mismatch, Tokenizer};

@@ -1,6 +1,8 @@
 //! The tokenize operator.
 
-use zephon_core::{Attachment, Field, Fragment, Lineage, OpError, Operator, Record, Span, Value};
+use zephon_operator::{
+    Attachment, Field, Fragment, Lineage, OpError, Operator, Record, Settings, SettingsValue, Span, Value,
+};
 
 use crate::tokenizer::{Error, Tokenizer};
 
@@ -172,18 +174,33 @@ impl Operator for Tokenize {
         "tokenize"
     }
 
-    fn fingerprint(&self) -> String {
-        format!(
-            "{} field={} dataset_fields={:?} output={} bos={:?} eos={:?} long={:?} images={:?}",
-            self.tokenizer.fingerprint(),
-            self.field,
-            self.dataset_fields,
-            self.output,
-            self.bos,
-            self.eos,
-            self.long,
-            self.images.as_ref().map(|i| (&i.kind, &i.marker, &i.placeholder, &i.start, &i.end))
-        )
+    fn fingerprint(&self) -> Settings {
+        let token = |t: &Option<(String, u32)>| -> SettingsValue {
+            t.as_ref().map_or(SettingsValue::None, |(text, id)| SettingsValue::List(vec![text.into(), (*id).into()]))
+        };
+        let long = match self.long {
+            LongDocuments::Keep => SettingsValue::from("keep"),
+            LongDocuments::Split { max_tokens } => Settings::new("split", 1).set("max_tokens", max_tokens).into(),
+            LongDocuments::Truncate { max_tokens } => Settings::new("truncate", 1).set("max_tokens", max_tokens).into(),
+        };
+        let images = self.images.as_ref().map(|i| {
+            Settings::new("image_placeholders", 1)
+                .set("kind", i.kind.as_str())
+                .set("marker", &i.marker)
+                .set("placeholder", token(&Some(i.placeholder.clone())))
+                .set("start", token(&i.start))
+                .set("end", token(&i.end))
+        });
+        let dataset_fields: Vec<&str> = self.dataset_fields.iter().map(Field::as_str).collect();
+        Settings::new("tokenize", 1)
+            .set("tokenizer", self.tokenizer.fingerprint())
+            .set("field", self.field.as_str())
+            .set("dataset_fields", dataset_fields)
+            .set("output", self.output.as_str())
+            .set("bos", token(&self.bos))
+            .set("eos", token(&self.eos))
+            .set("long", long)
+            .set("images", images)
     }
 
     fn describe(&self) -> String {

@@ -259,11 +259,12 @@ impl Tokenizer {
     /// Everything about this tokenizer that decides its output ids: the file's SHA-256, the
     /// engine chosen (a fast path bug fixed or a fallback taken changes it), how special
     /// tokens in text are read, and the settings cleared at load.
-    pub fn fingerprint(&self) -> String {
-        format!(
-            "tokenizer sha256={} engine={:?} special_tokens_in_text={} cleared=[truncation,padding]",
-            self.sha256, self.engine, self.special_in_text
-        )
+    pub fn fingerprint(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("tokenizer", 1)
+            .set("sha256", &self.sha256)
+            .set("engine", &self.engine)
+            .set("special_tokens_in_text", self.special_in_text)
+            .set("cleared", vec!["truncation", "padding"])
     }
 
     /// What loading changed in the file's settings, one line each (e.g. "truncation

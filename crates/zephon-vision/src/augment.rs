@@ -145,6 +145,22 @@ impl RandomFlip {
     }
 }
 
+impl RandomResizedCrop {
+    /// The crop as fingerprint settings.
+    pub(crate) fn settings(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("random_resized_crop", 1)
+            .set("scale", vec![self.scale.0, self.scale.1])
+            .set("ratio", vec![self.ratio.0, self.ratio.1])
+    }
+}
+
+impl RandomFlip {
+    /// The flip as fingerprint settings.
+    pub(crate) fn settings(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("random_flip", 1).set("p", self.p)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -175,6 +175,27 @@ impl<T: Element> Table<T> {
     }
 }
 
+impl Normalize {
+    /// The constants as fingerprint settings.
+    pub(crate) fn settings(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("normalize", 1)
+            .set("mean", self.mean.to_vec())
+            .set("std", self.std.to_vec())
+            .set("rescale", self.rescale)
+    }
+}
+
+impl Dtype {
+    /// The element type's name in fingerprints.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+            Dtype::F16 => "f16",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use zephon_core::{Array, Attachment, Field, OpError, Operator, Record, RngKey, SampleId, Shape, Value};
+use zephon_operator::{
+    Array, Attachment, Field, OpError, Operator, Record, RngKey, SampleId, Settings, SettingsValue, Shape, Value,
+};
 
 use crate::augment::{RandomFlip, RandomResizedCrop};
 use crate::decode::{DecodeOptions, decode};
@@ -207,7 +209,7 @@ impl Images {
     }
 
     /// `pixel_values`, the grid and the token count of a resized image.
-    fn lay_out<T: Element + zephon_core::Element>(&self, img: &RgbImage) -> Result<(Array, [i64; 3], u32)> {
+    fn lay_out<T: Element + zephon_operator::Element>(&self, img: &RgbImage) -> Result<(Array, [i64; 3], u32)> {
         let c = &*self.config;
         let patches = |p: Patches<T>, per_token: u32| -> Result<(Array, [i64; 3], u32)> {
             let shape = p.shape();
@@ -243,25 +245,31 @@ impl Operator for Images {
         "images"
     }
 
-    fn fingerprint(&self) -> String {
+    fn fingerprint(&self) -> Settings {
         let c = &*self.config;
-        format!(
-            "images/v1 kind={} backend={} orientation={} limit={} resize={:?} reduced={:?} crop={:?} flip={:?} \
-             normalize={:?} dtype={:?} layout={:?} tokens={:?} seed={}",
-            c.kind,
-            c.decode.backend().name(),
-            c.decode.applies_orientation(),
-            c.decode.pixel_limit().get(),
-            c.resize,
-            c.reduced_decode.map(|g| g.get()),
-            c.crop,
-            c.flip,
-            c.normalize,
-            c.dtype,
-            c.layout,
-            c.tokens,
-            c.seed
-        )
+        let layout: SettingsValue = match c.layout {
+            PixelLayout::Chw => "chw".into(),
+            PixelLayout::Vit { patch } => Settings::new("vit", 1).set("patch", patch).into(),
+            PixelLayout::Qwen2Vl(g) => g.settings().into(),
+        };
+        let tokens: SettingsValue = match c.tokens {
+            ImageTokens::Fixed(n) => n.into(),
+            ImageTokens::FromPatches => "from_patches".into(),
+        };
+        Settings::new("images", 1)
+            .set("kind", &c.kind)
+            .set("backend", c.decode.backend().name())
+            .set("orientation", c.decode.applies_orientation())
+            .set("limit", c.decode.pixel_limit().get())
+            .set("resize", c.resize.settings())
+            .set("reduced", c.reduced_decode.map_or(SettingsValue::None, |g| g.settings()))
+            .set("crop", c.crop.map(|x| x.settings()))
+            .set("flip", c.flip.map(|x| x.settings()))
+            .set("normalize", c.normalize.settings())
+            .set("dtype", c.dtype.as_str())
+            .set("layout", layout)
+            .set("tokens", tokens)
+            .set("seed", c.seed)
     }
 
     fn describe(&self) -> String {

@@ -260,6 +260,16 @@ fn finish<T>(data: Vec<T>, rows: usize, cols: usize, grid: [u32; 3], layout: Lay
     Ok(Patches { data, rows, cols, grid, layout })
 }
 
+impl QwenPatching {
+    /// The patching as fingerprint settings.
+    pub(crate) fn settings(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("qwen2_vl", 1)
+            .set("patch", self.patch)
+            .set("temporal", self.temporal)
+            .set("merge", self.merge)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

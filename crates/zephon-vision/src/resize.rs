@@ -350,6 +350,37 @@ pub fn mean_fill(mean: [f64; 3]) -> [u8; 3] {
     mean.map(|m| (m * 255.0).clamp(0.0, 255.0) as u8)
 }
 
+impl ResizeSpec {
+    /// The spec as fingerprint settings.
+    pub(crate) fn settings(&self) -> zephon_operator::Settings {
+        use zephon_operator::Settings;
+        let filter = match self.filter {
+            Filter::Bilinear => "bilinear",
+            Filter::Bicubic => "bicubic",
+            Filter::Lanczos3 => "lanczos3",
+        };
+        let s = Settings::new("resize", 1).set("filter", filter);
+        match self.target {
+            Target::Fixed { width, height, fit } => {
+                let s = s.set("width", width).set("height", height);
+                match fit {
+                    Fit::Stretch => s.set("fit", "stretch"),
+                    Fit::CenterCrop => s.set("fit", "center_crop"),
+                    Fit::PadToSquare { fill } => s.set("fit", "pad_to_square").set("fill", fill.to_vec()),
+                }
+            }
+            Target::Smart(smart) => s.set("smart", smart.settings()),
+        }
+    }
+}
+
+impl ReducingGap {
+    /// The gap as a fingerprint value.
+    pub(crate) fn settings(&self) -> zephon_operator::SettingsValue {
+        self.0.into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,6 +120,16 @@ pub fn smart_resize(height: u32, width: u32, factor: u32, min_pixels: u64, max_p
     }
 }
 
+impl SmartResize {
+    /// The rule as fingerprint settings.
+    pub(crate) fn settings(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("smart_resize", 1)
+            .set("factor", self.factor)
+            .set("min_pixels", self.min_pixels)
+            .set("max_pixels", self.max_pixels)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@
 //! **Where to start.** Training on data: [`Pipeline`] (or a TOML [`Spec`]; every key is
 //! documented in [`spec`]), then [`Loader::next_step`], [`LocalStep::microbatches`] and
 //! `to_batch`. Writing an operator: the contract is on [`Operator`], a
-//! complete one is `examples/custom_operator.rs`, and [`lane_core::testing::check_operator`]
+//! complete one is the crate `examples/sentences`, and [`operator::testing::check_operator`]
 //! proves one in a call.
 //!
 //! The one design decision: **the spec is the run's identity.** Everything that changes a byte
@@ -56,7 +56,7 @@ pub use zephon_candle::{Prefetcher, Sink};
 #[doc(inline)]
 pub use zephon_core as lane_core;
 pub use zephon_core::{
-    BadRecords, Batch, Digest, ExecOptions, Lane, LanePart, LocalStep, Operator, PreTokenized, Record, SampleId,
+    BadRecords, Batch, Digest, ExecOptions, Lane, LanePart, LocalStep, Operator, Record, SampleId, Settings,
     SplitCheckpoint, StageTime, Step, Tail, Topology, Value, step_fingerprint,
 };
 #[doc(inline)]
@@ -66,13 +66,15 @@ pub use zephon_io::Fields;
 pub use zephon_mix as mix;
 pub use zephon_mix::{Balance, EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
 #[doc(inline)]
+pub use zephon_operator as operator;
+#[doc(inline)]
 pub use zephon_pack as pack;
 pub use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
 #[cfg(feature = "text")]
 #[doc(inline)]
 pub use zephon_text as text;
 #[cfg(feature = "text")]
-pub use zephon_text::{ImagePlaceholders, LongDocuments, Tokenize, Tokenizer};
+pub use zephon_text::{ImagePlaceholders, LongDocuments, PreTokenized, Tokenize, Tokenizer};
 #[cfg(feature = "vision")]
 #[doc(inline)]
 pub use zephon_vision as vision;

@@ -331,7 +331,7 @@ impl Pipeline {
                     p.config().pad_id
                 )));
             }
-            operators = operators.then_arc(match stage {
+            let op: Arc<dyn zephon_core::Operator> = match stage {
                 // Each dataset's own text field, as its reader yields it.
                 #[cfg(feature = "text")]
                 Stage::Tokenize(t) => {
@@ -378,7 +378,8 @@ impl Pipeline {
                     Arc::new(shuffle)
                 }
                 Stage::Custom(op) => op.clone(),
-            });
+            };
+            operators = operators.then(op);
         }
         let spec = RunSpec {
             operators,

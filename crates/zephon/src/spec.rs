@@ -254,7 +254,7 @@ pub struct ImagesSpec {
 
 /// `[pretokenized]`: every dataset holds token ids (a JSON array or a Parquet `list<int>` per
 /// row), made
-/// the token sequence by [`zephon_core::PreTokenized`]; instead of `[tokenize]`.
+/// the token sequence by `zephon_text::PreTokenized`; instead of `[tokenize]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreTokenizedSpec {
@@ -633,15 +633,23 @@ impl Spec {
             }
         }
         if let Some(pt) = &self.pretokenized {
-            let v = |m: String| bad(format!("[pretokenized] {m}"));
-            let mut op = zephon_core::PreTokenized::new(pt.field.as_deref().unwrap_or("input_ids"));
-            if let Some(n) = pt.vocab_size {
-                op = op.vocab_size(n).map_err(v)?;
+            #[cfg(feature = "text")]
+            {
+                let v = |m: String| bad(format!("[pretokenized] {m}"));
+                let mut op = zephon_text::PreTokenized::new(pt.field.as_deref().unwrap_or("input_ids"));
+                if let Some(n) = pt.vocab_size {
+                    op = op.vocab_size(n).map_err(v)?;
+                }
+                if let Some(e) = pt.eos {
+                    op = op.eos(e).map_err(v)?;
+                }
+                p = p.then(op);
             }
-            if let Some(e) = pt.eos {
-                op = op.eos(e).map_err(v)?;
+            #[cfg(not(feature = "text"))]
+            {
+                let _ = pt;
+                return Err(Error::Build("this build has no `text` feature: [pretokenized] is unavailable".into()));
             }
-            p = p.then(op);
         }
         if let Some(t) = &self.tokenize {
             #[cfg(feature = "text")]

@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    EXTENSION, Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint_diff, lineage_code, seal,
+    EXTENSION, Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint::fingerprint_diff, lineage_code,
+    seal,
 };
 use crate::error::{Error, Result};
-use crate::id::Lane;
+use zephon_operator::Lane;
 
 const MAGIC: &str = "ZEPHON-CHECKPOINT";
 

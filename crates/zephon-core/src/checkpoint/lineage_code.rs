@@ -19,9 +19,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::checkpoint::LaneState;
-use crate::id::{Lane, SampleId};
-use crate::lineage::{Extent, Fragment, Lineage, Span};
 use crate::source::WorkSource;
+use zephon_operator::{Extent, Fragment, Lane, Lineage, SampleId, Span};
 
 /// How many of a lane's most recent samples can be named by distance. Further back, a
 /// sample is written in full: the window bounds what writing and reading a checkpoint cost.
@@ -418,8 +417,8 @@ impl Reader<'_> {
 mod tests {
     use super::*;
     use crate::checkpoint::{Cursor, SteerState, TailDropped};
-    use crate::operator::AccumulatorState;
     use crate::source::{Chunk, Steering};
+    use zephon_operator::AccumulatorState;
 
     /// Lane `l`'s chunk `n` is rows `100·(n·L + l) ..+ 100` of dataset 0, shuffled a little.
     struct Rows;
@@ -432,8 +431,8 @@ mod tests {
                 samples: (0..100).map(|i| SampleId::new(0, 0, g * 100 + (i * 37) % 100)).collect(),
             }))
         }
-        fn fingerprint(&self) -> String {
-            "rows".into()
+        fn fingerprint(&self) -> zephon_operator::Settings {
+            zephon_operator::Settings::new("test", 1).set("text", "rows")
         }
     }
 
@@ -459,8 +458,8 @@ mod tests {
         fn chunk(&self, _: Lane, _: u32, _: u64) -> Result<Option<Chunk>, String> {
             Err("steered".into())
         }
-        fn fingerprint(&self) -> String {
-            "two streams".into()
+        fn fingerprint(&self) -> zephon_operator::Settings {
+            zephon_operator::Settings::new("test", 1).set("text", "two streams")
         }
         fn steering(&self) -> Option<&dyn Steering> {
             Some(self)

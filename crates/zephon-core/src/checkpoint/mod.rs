@@ -17,11 +17,13 @@
 //! came, which the run's work source can list again ([`LaneStreams`], `lineage_code.rs`).
 
 mod files;
+mod fingerprint;
 mod lineage_code;
 mod seal;
 mod split;
 
 pub use files::{Resolved, Summary, file_name, inspect, load, metadata, resolve, write};
+pub use fingerprint::{DatasetPrint, OperatorPrint, RunFingerprint};
 pub use lineage_code::{LaneStreams, WINDOW};
 pub use split::{LanePart, RunSummary, SplitCheckpoint};
 
@@ -29,14 +31,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::digest::Digest;
 use crate::error::{Error, Result};
-use crate::id::Lane;
-use crate::lineage::Lineage;
-use crate::operator::AccumulatorState;
+use zephon_operator::{AccumulatorState, Lane, Lineage};
 
 /// The checkpoint format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// File name extension of checkpoint files.
 pub const EXTENSION: &str = "zck";
 
@@ -130,7 +129,7 @@ pub struct TailDropped {
     /// The documents those rows held pieces of: each came in part or not at all. Left out of
     /// the file when there are none.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
-    pub documents: std::collections::BTreeSet<crate::id::SampleId>,
+    pub documents: std::collections::BTreeSet<zephon_operator::SampleId>,
 }
 
 /// Records skipped under the skip policy, by dataset index: how many, and why the first was.
@@ -171,21 +170,6 @@ impl Skips {
             mine.count += t.count;
         }
     }
-}
-
-/// The identity of a run, part by part, so a mismatch can say what changed.
-pub type RunFingerprint = BTreeMap<String, String>;
-
-/// A digest of a run fingerprint, part by part: what a lane part names the run it belongs to by.
-pub fn fingerprint_digest(fingerprint: &RunFingerprint) -> Digest {
-    let mut h = crate::digest::Hasher::new();
-    for (k, v) in fingerprint {
-        for s in [k, v] {
-            h.update(&(s.len() as u64).to_le_bytes());
-            h.update(s.as_bytes());
-        }
-    }
-    h.finish()
 }
 
 /// What a restore needs from a checkpoint: the states of some lanes, all at one step.
@@ -252,77 +236,4 @@ impl Gathered {
         let lanes = wanted.iter().filter_map(|l| self.found.remove(l).map(|(s, _)| s)).collect();
         Ok(Loaded { next_step: self.step.map(|s| s.0).unwrap_or(0), lanes })
     }
-}
-
-/// What differs between a saved fingerprint and the run's, part by part: for a dataset, its
-/// changed shards (from the notes); for an operator, its first changed setting.
-fn fingerprint_diff(
-    saved: &RunFingerprint,
-    now: &RunFingerprint,
-    saved_notes: &BTreeMap<String, String>,
-    now_notes: &BTreeMap<String, String>,
-) -> Vec<String> {
-    let keys: std::collections::BTreeSet<&String> = saved.keys().chain(now.keys()).collect();
-    keys.into_iter()
-        .filter(|k| saved.get(*k) != now.get(*k))
-        .map(|k| {
-            let shards = k.strip_prefix("dataset ").map(|name| format!("shards {name}"));
-            if let Some((was, is)) = shards.and_then(|n| Some((saved_notes.get(&n)?, now_notes.get(&n)?))) {
-                return format!("{k} changed: {}", shard_diff(was, is));
-            }
-            match (saved.get(k), now.get(k)) {
-                (Some(was), Some(is)) => {
-                    let (was, is) = first_difference(was, is);
-                    format!("{k} was {was} and is now {is}")
-                }
-                (was, is) => {
-                    format!(
-                        "{k} was {} and is now {}",
-                        show(was.map_or("(absent)", |v| v)),
-                        show(is.map_or("(absent)", |v| v))
-                    )
-                }
-            }
-        })
-        .collect()
-}
-
-fn show(v: &str) -> String {
-    const MAX: usize = 100;
-    if v.chars().count() <= MAX { v.to_string() } else { format!("{}…", v.chars().take(MAX).collect::<String>()) }
-}
-
-/// The first differing `key=value` word of two settings lines (the whole lines when they have
-/// none in common).
-fn first_difference(was: &str, is: &str) -> (String, String) {
-    let (a, b): (Vec<&str>, Vec<&str>) = (was.split(' ').collect(), is.split(' ').collect());
-    if a.len() == b.len()
-        && a.len() > 1
-        && let Some((x, y)) = a.iter().zip(&b).find(|(x, y)| x != y)
-    {
-        return (show(x), show(y));
-    }
-    (show(was), show(is))
-}
-
-/// Which shards differ between two shard listings (one line per shard).
-fn shard_diff(was: &str, is: &str) -> String {
-    let (a, b): (Vec<&str>, Vec<&str>) = (was.lines().collect(), is.lines().collect());
-    let mut out = Vec::new();
-    if a.len() != b.len() {
-        out.push(format!("{} shards, now {}", a.len(), b.len()));
-    }
-    let changed: Vec<String> = a
-        .iter()
-        .zip(&b)
-        .enumerate()
-        .filter(|(_, (x, y))| x != y)
-        .map(|(i, (x, y))| format!("shard {i} was {x}, now {y}"))
-        .collect();
-    let n = changed.len();
-    out.extend(changed.into_iter().take(3));
-    if n > 3 {
-        out.push(format!("and {} more changed shards", n - 3));
-    }
-    out.join("; ")
 }

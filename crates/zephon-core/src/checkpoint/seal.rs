@@ -9,7 +9,7 @@
 //! <body: deflate of the raw bytes>
 //! ```
 
-use crate::digest::Digest;
+use zephon_operator::Digest;
 
 use super::FORMAT_VERSION;
 

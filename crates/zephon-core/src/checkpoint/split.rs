@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint_diff, fingerprint_digest, lineage_code, seal,
+    Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint::fingerprint_diff, lineage_code, seal,
 };
 use crate::error::{Error, Result};
-use crate::id::Lane;
+use zephon_operator::Lane;
 
 const RUN_MAGIC: &str = "ZEPHON-RUN";
 const LANE_MAGIC: &str = "ZEPHON-LANE";
@@ -93,7 +93,7 @@ impl SplitCheckpoint {
         let cannot = |m: String| bad(format!("cannot encode: {m}"));
         let part = RunPart { fingerprint: fingerprint.clone(), metadata: metadata.clone(), next_step, lanes };
         let run = seal::seal(RUN_MAGIC, &serde_json::to_vec(&part).map_err(|e| cannot(e.to_string()))?);
-        let digest = fingerprint_digest(fingerprint).to_hex();
+        let digest = fingerprint.digest().to_hex();
         let mut parts = Vec::with_capacity(states.len());
         for state in states {
             let mut one = [state];
@@ -131,7 +131,7 @@ impl SplitCheckpoint {
         if !diffs.is_empty() {
             return Err(bad(format!("it was written by a different run: {}", diffs.join("; "))));
         }
-        let digest = fingerprint_digest(&saved.fingerprint).to_hex();
+        let digest = saved.fingerprint.digest().to_hex();
         let mut gathered = Gathered::new(WHOLE.into(), "lane part");
         gathered.add("the run part", saved.next_step, Vec::new())?;
         for part in lanes.iter().filter(|p| wanted.contains(&p.lane)) {

@@ -8,13 +8,10 @@ use std::sync::Arc;
 
 use crate::checkpoint::{Cursor, LaneState, Skips, SteerState, TailDropped};
 use crate::error::{Error, OpError, record_error};
-use crate::id::{Lane, Step};
-use crate::lineage::Lineage;
-use crate::operator::{Accumulator, AccumulatorState};
 use crate::operators::{Plan, apply_chain};
-use crate::record::Record;
 use crate::source::{Chunk, WorkSource};
 use crate::step::{LaneDigest, LaneStep, lane_digest};
+use zephon_operator::{Accumulator, AccumulatorState, Lane, Lineage, Record, Step};
 
 use super::settings::Tail;
 
@@ -637,7 +634,7 @@ impl LaneRun {
         Err(Error::AllBad { dataset: name, lane: self.lane, count: *n, first })
     }
 
-    fn op_error(&self, op: &str, origin: Option<crate::id::SampleId>, e: OpError) -> Error {
+    fn op_error(&self, op: &str, origin: Option<zephon_operator::SampleId>, e: OpError) -> Error {
         match origin {
             Some(s) => record_error(&self.names, s, self.lane, op, e.to_string()),
             None => Error::Operator { operator: op.to_string(), lane: self.lane, message: e.to_string() },
@@ -750,10 +747,8 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
-    use crate::id::SampleId;
-    use crate::lineage::{Fragment, Span};
     use crate::operators::Operators;
-    use crate::record::Value;
+    use zephon_operator::{Fragment, SampleId, Span, Value};
 
     fn lane() -> LaneRun {
         lane_snapshotting_every(1)

@@ -27,13 +27,11 @@ use std::thread::JoinHandle;
 
 use crate::checkpoint::{self, LaneState, LaneStreams, Loaded, RunFingerprint, Skips, SplitCheckpoint};
 use crate::error::{Error, Result};
-use crate::id::{Lane, Step};
-use crate::operator::LaneContext;
 use crate::operators::Plan;
-use crate::record::Record;
 use crate::source::WorkSource;
 use crate::step::{LaneDigest, LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;
+use zephon_operator::{Lane, LaneContext, Record, Step};
 
 pub(crate) use lane::Snapshot;
 use lane::{LaneRun, LaneSetup};
@@ -72,7 +70,7 @@ pub struct Held {
     /// has a snapshot (`snapshot_every` divides its number; without one only its rows count).
     ///
     /// [`TailDropped::documents`]: crate::checkpoint::TailDropped::documents
-    pub documents: std::collections::BTreeSet<crate::id::SampleId>,
+    pub documents: std::collections::BTreeSet<zephon_operator::SampleId>,
 }
 
 impl Engine {

@@ -12,12 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::checkpoint::LaneState;
 use crate::error::{Error, OpError, Result};
-use crate::id::SampleId;
-use crate::lineage::{Extent, Lineage};
-use crate::operator::{Accumulator, RebuildInput};
 use crate::operators::{Plan, apply_chain, apply_chain_prefix, take_covering};
-use crate::record::Record;
 use crate::source::Datasets;
+use zephon_operator::{Accumulator, Extent, Lineage, RebuildInput, Record, SampleId};
 
 use super::lane::{LaneRun, LaneSetup};
 use super::schedule::lock;
@@ -119,7 +116,7 @@ impl<'a> Rebuilder<'a> {
 
     fn through(
         &self,
-        ops: &[std::sync::Arc<dyn crate::operator::Operator>],
+        ops: &[std::sync::Arc<dyn zephon_operator::Operator>],
         base: Record,
         lineage: &Lineage,
     ) -> Result<Record, OpError> {
@@ -193,7 +190,7 @@ fn resume_lane(spec: &RunSpec, plan: &Plan, mut setup: LaneSetup, st: LaneState,
         message: e.to_string(),
     };
     let mut accs = std::mem::take(&mut setup.accs);
-    let mut rebuilt: Vec<Vec<crate::record::Record>> = Vec::new();
+    let mut rebuilt: Vec<Vec<zephon_operator::Record>> = Vec::new();
     let pending;
     {
         let mut rb = Rebuilder::new(plan, &accs, &spec.datasets);

@@ -6,11 +6,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::checkpoint::Cursor;
 use crate::error::Error;
-use crate::id::Lane;
 use crate::operators::Plan;
 use crate::source::{Chunk, Datasets, WorkSource};
 use crate::step::LaneStep;
 use crate::topology::Topology;
+use zephon_operator::Lane;
 
 use super::lane::{LaneRun, Progress, Snapshot, SteeredChunk, UnitOutput};
 use super::settings::{BadRecords, ExecOptions, Tail};

@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::checkpoint::{self, RunFingerprint};
-use crate::digest::Digest;
+use crate::checkpoint::{self, DatasetPrint, OperatorPrint, RunFingerprint};
 use crate::error::{Error, Result};
 use crate::operators::Operators;
 use crate::source::{Datasets, WorkSource};
@@ -12,7 +11,8 @@ use crate::topology::Topology;
 
 /// What to do with a record that is malformed (an [`OpError::Data`](crate::OpError::Data) from a reader or a
 /// stateless part).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BadRecords {
     /// Stop the run with an error naming dataset, shard and row.
     #[default]
@@ -23,7 +23,8 @@ pub enum BadRecords {
 }
 
 /// What happens when the input ends and a lane cannot fill a whole step.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Tail {
     /// The run ends at the first step some lane cannot fill (steps stay fixed-shape).
     #[default]
@@ -31,6 +32,26 @@ pub enum Tail {
     /// Steps continue while any lane has rows; lanes give what they have (every sample is
     /// delivered).
     Partial,
+}
+
+impl BadRecords {
+    /// The policy's name in specs and fingerprints: `fail` or `skip`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BadRecords::Fail => "fail",
+            BadRecords::Skip => "skip",
+        }
+    }
+}
+
+impl Tail {
+    /// The policy's name in specs and fingerprints: `drop` or `partial`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tail::Drop => "drop",
+            Tail::Partial => "partial",
+        }
+    }
 }
 
 /// What the run computes: everything here is part of the checkpoint fingerprint.
@@ -58,23 +79,37 @@ pub struct RunSpec {
 impl RunSpec {
     /// The run's identity, part by part, for the given lane layout.
     pub fn fingerprint(&self, topology: &Topology) -> RunFingerprint {
-        let mut f = RunFingerprint::new();
-        f.insert("format".into(), checkpoint::FORMAT_VERSION.to_string());
-        f.insert("row encoding".into(), crate::encoding::ENCODING_VERSION.to_string());
-        for (i, op) in self.operators.operators().iter().enumerate() {
-            f.insert(format!("operator {i} ({})", op.name()), format!("{:?} {}", op.kind(), op.fingerprint()));
+        RunFingerprint {
+            format: checkpoint::FORMAT_VERSION,
+            row_encoding: zephon_operator::ENCODING_VERSION,
+            settings_encoding: zephon_operator::SETTINGS_VERSION,
+            operators: self
+                .operators
+                .operators()
+                .iter()
+                .map(|op| {
+                    let settings = op.fingerprint();
+                    OperatorPrint {
+                        name: op.name().to_string(),
+                        kind: op.kind().as_str().to_string(),
+                        settings: settings.to_text(),
+                        digest: settings.digest(),
+                    }
+                })
+                .collect(),
+            work_source: self.source.fingerprint().digest(),
+            datasets: self
+                .datasets
+                .manifests()
+                .iter()
+                .map(|m| DatasetPrint { name: m.name.clone(), digest: m.fingerprint() })
+                .collect(),
+            lanes: topology.lanes(),
+            rows_per_step: topology.global_rows(),
+            seed: self.seed,
+            bad_records: self.bad_records,
+            tail: self.tail,
         }
-        f.insert("work source".into(), Digest::of(self.source.fingerprint().as_bytes()).to_hex());
-        f.insert("datasets".into(), self.datasets.names().join(", "));
-        for m in self.datasets.manifests() {
-            f.insert(format!("dataset {}", m.name), m.fingerprint().to_hex());
-        }
-        f.insert("lanes".into(), topology.lanes().to_string());
-        f.insert("rows per step".into(), topology.global_rows().to_string());
-        f.insert("seed".into(), self.seed.to_string());
-        f.insert("bad records".into(), format!("{:?}", self.bad_records));
-        f.insert("tail".into(), format!("{:?}", self.tail));
-        f
     }
 
     /// What a checkpoint keeps beside the fingerprint to explain a mismatch: every dataset's

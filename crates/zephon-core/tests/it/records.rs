@@ -108,8 +108,8 @@ impl Operator for Explode {
     fn name(&self) -> &str {
         "explode"
     }
-    fn fingerprint(&self) -> String {
-        String::new()
+    fn fingerprint(&self) -> zephon_core::Settings {
+        zephon_core::Settings::new("test", 1)
     }
     fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         if record.lineage().first_sample().is_some_and(|s| s.row == 7) {
@@ -165,8 +165,8 @@ mod contract {
         fn name(&self) -> &str {
             "undeclared"
         }
-        fn fingerprint(&self) -> String {
-            String::new()
+        fn fingerprint(&self) -> zephon_core::Settings {
+            zephon_core::Settings::new("test", 1)
         }
         fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
             Some(Box::new(Pass))
@@ -194,8 +194,8 @@ mod contract {
         fn name(&self) -> &str {
             "counter"
         }
-        fn fingerprint(&self) -> String {
-            String::new()
+        fn fingerprint(&self) -> zephon_core::Settings {
+            zephon_core::Settings::new("test", 1)
         }
         fn kind(&self) -> OperatorKind {
             OperatorKind::Accumulate
@@ -226,15 +226,15 @@ mod contract {
 fn an_accumulator_its_kind_does_not_declare_is_refused() {
     let s = spec(corpus(40, 10, 1), Operators::new().then(contract::Undeclared), 4, 10, Tail::Drop);
     let e = Engine::start(s, Topology::single(2, 2).unwrap(), opts(1, 2, 1)).err().unwrap().to_string();
-    assert!(e.contains("returns an accumulator but its kind() is Map"), "{e}");
+    assert!(e.contains("returns an accumulator but its kind() is map"), "{e}");
 }
 
 #[test]
 fn check_operator_proves_a_good_operator_and_catches_a_bad_rebuild() {
-    use zephon_core::testing::{CheckOptions, check_operator};
-    let report = check_operator(|| ByteTokenize, corpus(200, 20, 3), CheckOptions::default()).unwrap();
+    use zephon_core::testing::{CheckOptions, check_in_engine};
+    let report = check_in_engine(|| ByteTokenize, corpus(200, 20, 3), CheckOptions::default()).unwrap();
     assert!(report.configurations.len() >= 10, "{:?}", report.configurations);
-    let e = check_operator(|| contract::Counter, corpus(200, 20, 3), CheckOptions::default()).unwrap_err();
+    let e = check_in_engine(|| contract::Counter, corpus(200, 20, 3), CheckOptions::default()).unwrap_err();
     assert!(e.contains("held accumulator after it"), "the bad rebuild shows once something holds its output: {e}");
 }
 

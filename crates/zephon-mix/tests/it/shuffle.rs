@@ -1,10 +1,10 @@
 //! The shuffle buffer, filling up front or warming up: the same steps at every topology and
-//! across restores (proved with `check_operator`), and a warming-up buffer emits from its
+//! across restores (proved with `check_in_engine`), and a warming-up buffer emits from its
 //! second record on.
 
 use std::sync::Arc;
 
-use zephon_core::testing::{CheckOptions, check_operator};
+use zephon_core::testing::{CheckOptions, check_in_engine};
 use zephon_core::{Datasets, Fragment, Lane, LaneContext, Lineage, MemoryDataset, Operator, Record, SampleId};
 use zephon_mix::Shuffle;
 
@@ -17,8 +17,8 @@ fn data() -> Datasets {
 #[test]
 fn both_kinds_of_buffer_are_the_same_at_every_topology_and_across_restores() {
     let options = CheckOptions { steps: 12, ..CheckOptions::default() };
-    check_operator(|| Shuffle::new(16).unwrap(), data(), options).unwrap();
-    let report = check_operator(|| Shuffle::new(16).unwrap().warm_up(), data(), options).unwrap();
+    check_in_engine(|| Shuffle::new(16).unwrap(), data(), options).unwrap();
+    let report = check_in_engine(|| Shuffle::new(16).unwrap().warm_up(), data(), options).unwrap();
     assert!(report.configurations.len() >= 8, "{report:?}");
 }
 

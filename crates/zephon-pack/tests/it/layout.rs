@@ -254,9 +254,9 @@ fn operator_surface() {
     assert_eq!(pack.kind(), OperatorKind::Accumulate);
     assert_eq!(pack.name(), "pack");
     assert_eq!(
-        pack.fingerprint(),
-        "pack/v1 algorithm=best-fit bins=64 seq_len=2048 max_segments=512 long=split pad_id=0 ignore_index=-100 \
-         input_field=\"tokens\""
+        pack.fingerprint().to_text(),
+        "pack/v1 algorithm=\"best-fit\" bins=64 seq_len=2048 max_segments=512 long=\"split\" pad_id=0 \
+         ignore_index=-100 input_field=\"tokens\""
     );
     assert!(pack.describe().contains("best-fit over 64 open rows"), "{}", pack.describe());
     assert_ne!(Pack::first_fit(2048, 64).unwrap().fingerprint(), pack.fingerprint());

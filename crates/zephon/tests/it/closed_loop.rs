@@ -42,11 +42,7 @@ type Pieces = BTreeMap<SampleId, Vec<(u32, u32)>>;
 
 /// What `steps` steps at one rank deliver: the worst excess of a dataset over its share after
 /// any step (and that step), and every delivered or held piece per document.
-fn run(
-    text: &str,
-    shares: [f64; 2],
-    steps: u64,
-) -> (f64, usize, Pieces, zephon::DataReport) {
+fn run(text: &str, shares: [f64; 2], steps: u64) -> (f64, usize, Pieces, zephon::DataReport) {
     let spec = parse(text);
     let mut loader = spec.pipeline().unwrap().build(spec.topology(1, 0).unwrap()).unwrap();
     let mut tokens = [0u64; 2];

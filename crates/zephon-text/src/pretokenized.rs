@@ -5,11 +5,7 @@
 //! of the sample they are. `Tokenize` does that for text; [`PreTokenized`] does it for a field
 //! that already holds the ids (a JSON array of integers, a Parquet `list<int>` column).
 
-use crate::array::ArrayData;
-use crate::error::OpError;
-use crate::lineage::{Extent, Fragment, Lineage, Span};
-use crate::operator::Operator;
-use crate::record::{Field, Record, Value};
+use zephon_operator::{ArrayData, Extent, Field, Fragment, Lineage, OpError, Operator, Record, Settings, Span, Value};
 
 /// Reads a field of token ids and makes it the record's token sequence: a `u32` [`Value::Seq`]
 /// (by default in `tokens`, where the packer looks) whose positions are `0..n` of the sample,
@@ -112,14 +108,12 @@ impl Operator for PreTokenized {
         "pretokenized"
     }
 
-    fn fingerprint(&self) -> String {
-        format!(
-            "pretokenized/v1 input={:?} output={:?} eos={:?} vocab_size={:?}",
-            self.input.as_str(),
-            self.output.as_str(),
-            self.eos,
-            self.vocab_size
-        )
+    fn fingerprint(&self) -> Settings {
+        Settings::new("pretokenized", 1)
+            .set("input", self.input.as_str())
+            .set("output", self.output.as_str())
+            .set("eos", self.eos)
+            .set("vocab_size", self.vocab_size)
     }
 
     fn describe(&self) -> String {
@@ -157,7 +151,7 @@ impl Operator for PreTokenized {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::SampleId;
+    use zephon_operator::SampleId;
 
     fn read(value: Value) -> Record {
         let mut r = Record::new(Lineage::single(Fragment::whole(SampleId { dataset: 0, shard: 1, row: 2 })));

@@ -7,6 +7,7 @@ use crate::error::OpError;
 use crate::id::Lane;
 use crate::lineage::Lineage;
 use crate::record::Record;
+use crate::settings::Settings;
 
 /// What an operator does: a stateless transformation, an accumulator, or both in that order.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -29,6 +30,16 @@ impl OperatorKind {
     pub fn accumulates(self) -> bool {
         matches!(self, OperatorKind::Accumulate | OperatorKind::MapThenAccumulate)
     }
+
+    /// The kind's fixed name in plans and fingerprints: `map`, `accumulate` or
+    /// `map+accumulate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperatorKind::Map => "map",
+            OperatorKind::Accumulate => "accumulate",
+            OperatorKind::MapThenAccumulate => "map+accumulate",
+        }
+    }
 }
 
 /// Where an accumulator lives: its lane and the run's seed (for an [`crate::RngKey`]).
@@ -46,7 +57,7 @@ pub struct LaneContext {
 /// One step of a pipeline: a stateless part, an optional per-lane accumulator, or both.
 ///
 /// A third-party operator implements this trait (and [`Accumulator`] if it keeps state)
-/// against `zephon-core` alone; `examples/custom_operator.rs` is a complete one. This is the
+/// against `zephon-operator` alone; the crate `examples/sentences` is a complete one. This is the
 /// whole contract between an operator and the engine.
 ///
 /// # Where each part runs
@@ -87,7 +98,7 @@ pub struct LaneContext {
 ///   refuses to start when an operator declares a kind without an accumulator or returns an
 ///   accumulator its kind does not declare.
 /// - [`Accumulator::finish`] only when the lane's input ends (finite data); what it emits
-///   reaches the consumer only under [`crate::Tail::Partial`] if it does not fill a step.
+///   reaches the consumer only under the engine's partial-tail policy if it does not fill a step.
 /// - [`Accumulator::rebuild`] only on restore, and only when a later accumulator holds records
 ///   this one emitted.
 /// - [`Accumulator::next_stage_out`] only for an accumulator that asks for it
@@ -97,9 +108,10 @@ pub trait Operator: Send + Sync + 'static {
     /// A short name for plans and errors (`tokenize`, `pack`).
     fn name(&self) -> &str;
 
-    /// Every setting that changes the output, in a canonical text form. Part of the checkpoint
-    /// fingerprint: a checkpoint only restores into a pipeline with the same fingerprints.
-    fn fingerprint(&self) -> String;
+    /// Every setting that changes the output, typed ([`Settings`] has a canonical encoding that
+    /// does not depend on the compiler). Part of the checkpoint fingerprint: a checkpoint only
+    /// restores into a pipeline with the same settings.
+    fn fingerprint(&self) -> Settings;
 
     /// Which parts the operator has.
     fn kind(&self) -> OperatorKind {
@@ -134,9 +146,61 @@ pub trait Operator: Send + Sync + 'static {
         None
     }
 
-    /// One line for `explain`: what the operator does and what it buffers.
+    /// One line for `explain`: what the operator does and what it buffers. The default is the
+    /// text form of [`Operator::fingerprint`].
     fn describe(&self) -> String {
-        self.fingerprint()
+        self.fingerprint().to_text()
+    }
+}
+
+/// A shared operator is the operator: `Arc<O>` and `Arc<dyn Operator>` go wherever an operator
+/// does.
+impl<O: Operator + ?Sized> Operator for std::sync::Arc<O> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn fingerprint(&self) -> Settings {
+        (**self).fingerprint()
+    }
+    fn kind(&self) -> OperatorKind {
+        (**self).kind()
+    }
+    fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        (**self).apply(record, out)
+    }
+    fn apply_prefix(&self, record: Record, until: u32, out: &mut Vec<Record>) -> Result<(), OpError> {
+        (**self).apply_prefix(record, until, out)
+    }
+    fn accumulator(&self, lane: LaneContext) -> Option<Box<dyn Accumulator>> {
+        (**self).accumulator(lane)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
+/// A boxed operator is the operator.
+impl<O: Operator + ?Sized> Operator for Box<O> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn fingerprint(&self) -> Settings {
+        (**self).fingerprint()
+    }
+    fn kind(&self) -> OperatorKind {
+        (**self).kind()
+    }
+    fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        (**self).apply(record, out)
+    }
+    fn apply_prefix(&self, record: Record, until: u32, out: &mut Vec<Record>) -> Result<(), OpError> {
+        (**self).apply_prefix(record, until, out)
+    }
+    fn accumulator(&self, lane: LaneContext) -> Option<Box<dyn Accumulator>> {
+        (**self).accumulator(lane)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
     }
 }
 
@@ -198,7 +262,7 @@ pub trait Accumulator: Send {
         let _ = record;
     }
 
-    /// The lane will read no more of dataset `dataset`: a steered lane ([`crate::Steering`])
+    /// The lane will read no more of dataset `dataset`: a steered lane (the engine's steering)
     /// ran out of it and reads the others (an accumulator holding a dataset's share, such as
     /// `ensure_mixture`, then shares the targets among those left). Called between pushes, at
     /// a point of the lane's stream that is the same on every topology; what it changes is

@@ -1,24 +1,29 @@
-//! A third-party operator written against `zephon-core` alone: "sentences" cuts each
-//! document into sentences (stateless part) and an accumulator joins sentences into rows of
-//! at least `min_bytes` bytes (ordered, per lane). `zephon_core::testing::check_operator` then
-//! proves it keeps every global step the same at every world size, thread count and resume.
+//! A third-party operator, written against `zephon-operator` alone: [`Sentences`] cuts each
+//! document into sentences (its stateless part) and an accumulator joins sentences into rows
+//! of at least `min_bytes` bytes (ordered, per lane).
 //!
-//! Run: `cargo run -p zephon-core --example custom_operator`
+//! `tests/contract.rs` proves it with `zephon_operator::testing::check_operator` (the
+//! contract, no engine) and, through the engine, with `zephon_core::testing::check_in_engine`
+//! (every global step the same at every world size, thread count and resume). Run
+//! `cargo test -p zephon-sentences`.
 
-use std::sync::Arc;
-use zephon_core::testing::{CheckOptions, check_operator};
-use zephon_core::*;
+#![deny(missing_docs)]
 
-struct Sentences {
-    min_bytes: usize,
+use zephon_operator::*;
+
+/// Sentences of the `text` field joined into `row` records of at least `min_bytes` bytes.
+#[derive(Debug, Clone)]
+pub struct Sentences {
+    /// Bytes a row reaches before it is emitted.
+    pub min_bytes: usize,
 }
 
 impl Operator for Sentences {
     fn name(&self) -> &str {
         "sentences"
     }
-    fn fingerprint(&self) -> String {
-        format!("min_bytes={}", self.min_bytes)
+    fn fingerprint(&self) -> Settings {
+        Settings::new("sentences", 1).set("min_bytes", self.min_bytes)
     }
     fn kind(&self) -> OperatorKind {
         OperatorKind::MapThenAccumulate
@@ -79,20 +84,4 @@ impl Accumulator for JoinRows {
             lineage.fragments().iter().map(|f| input.exact(&Lineage::single(*f))).collect::<Result<Vec<_>, _>>()?;
         Ok(join(&parts))
     }
-}
-
-fn main() -> std::result::Result<(), String> {
-    let docs: Vec<String> =
-        (0..500).map(|i| format!("Doc {i} opens. It has {} words. It ends here. ", i % 7 + 1)).collect();
-    let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("docs", "text", vec![docs]))]);
-    // One call proves the operator: world sizes 1, 2, 4, 8, one and two threads, a checkpoint
-    // restored at other world sizes, and all of it again with an accumulator after this one
-    // (so that a restore calls its `rebuild`).
-    let options = CheckOptions { lanes: 8, rows_per_lane: 2, steps: 6, chunk_size: 8, epochs: 1, seed: 42 };
-    let report = check_operator(|| Sentences { min_bytes: 120 }, datasets, options)?;
-    for c in &report.configurations {
-        println!("{c}: {} steps identical to the single-process run", report.steps);
-    }
-    println!("the operator keeps every global step the same at every world size, thread count and resume");
-    Ok(())
 }
