@@ -74,8 +74,8 @@ pub use topology::{RankEnv, Topology};
 // The operator interface, so that a user of the engine needs one import; an operator crate
 // depends on `zephon-operator` alone.
 pub use zephon_operator::{
-    Accumulator, AccumulatorState, Array, ArrayData, Attachment, Buffer, DType, Digest, ENCODING_VERSION, Element,
-    Extent, Field, Fragment, Hasher, Lane, LaneContext, Lineage, OpError, Operator, OperatorKind, Permutation,
-    RebuildInput, Record, Rng, RngKey, SETTINGS_VERSION, SampleId, Settings, SettingsValue, Shape, ShapeError, Span,
-    Step, Value, encode_record, half, rng, safe_cut, slice_attachments,
+    Accumulator, AccumulatorState, Array, ArrayData, Assembly, Attachment, Buffer, DType, Digest, ENCODING_VERSION,
+    Element, Extent, Field, Fragment, Hasher, Lane, LaneContext, Lineage, Neighbour, Offer, OpError, Operator,
+    OperatorKind, Permutation, RebuildInput, Record, Rng, RngKey, SETTINGS_VERSION, SampleId, Settings, SettingsValue,
+    Shape, ShapeError, Span, Step, Value, encode_record, half, rng, safe_cut, slice_attachments,
 };

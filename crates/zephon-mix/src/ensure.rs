@@ -1,7 +1,10 @@
 //! ensure_mixture: keeps the token shares of the rows a lane's packer makes on target.
 
+use std::sync::Arc;
+
 use zephon_core::{
-    Accumulator, AccumulatorState, LaneContext, OpError, Operator, OperatorKind, Record, Settings, Value,
+    Accumulator, AccumulatorState, Assembly, LaneContext, Offer, OpError, Operator, OperatorKind, Record, Settings,
+    Value,
 };
 
 use crate::held::Held;
@@ -43,6 +46,9 @@ pub struct EnsureMixture {
     /// The most tokens of one document the stages after this one pass on (a truncating packer).
     kept_tokens: u64,
     field: String,
+    /// Made by [`EnsureMixture::from_mixture`]: shares, standing stock and truncation come from
+    /// the pipeline when it is assembled.
+    planned: bool,
 }
 
 impl EnsureMixture {
@@ -61,7 +67,23 @@ impl EnsureMixture {
             stock_tokens: u64::MAX,
             kept_tokens: u64::MAX,
             field: "tokens".into(),
+            planned: false,
         })
+    }
+
+    /// The mixture's own token shares, with a slack in tokens: when its pipeline is assembled
+    /// it takes the datasets' shares, and the standing stock and truncation of the packer after
+    /// it ([`Operator::assemble`]). Until then it has no shares and refuses every record.
+    pub fn from_mixture(slack_tokens: u64) -> Self {
+        EnsureMixture {
+            shares: Vec::new(),
+            slack_tokens,
+            hold: None,
+            stock_tokens: 0,
+            kept_tokens: u64::MAX,
+            field: "tokens".into(),
+            planned: true,
+        }
     }
 
     /// Holds at most `documents` a lane (pieces of split documents count one each): past it,
@@ -128,6 +150,36 @@ impl Operator for EnsureMixture {
         OperatorKind::Accumulate
     }
 
+    fn offer(&self) -> Offer {
+        Offer::none().with_share_slack(self.slack_tokens)
+    }
+
+    /// A planned one takes the datasets' shares, and measures past the packer after it: what
+    /// the packer holds for good and where it truncates.
+    fn assemble(&self, plan: &Assembly<'_>) -> Result<Option<Arc<dyn Operator>>, OpError> {
+        if !self.planned {
+            if self.shares.len() != plan.datasets.len() {
+                return Err(OpError::Fatal(format!(
+                    "ensure_mixture has {} shares for {} datasets",
+                    self.shares.len(),
+                    plan.datasets.len()
+                )));
+            }
+            return Ok(None);
+        }
+        let shares = plan.shares.ok_or_else(|| {
+            OpError::Fatal("ensure_mixture needs token shares on the datasets (Dataset::share)".into())
+        })?;
+        let mut ensure = EnsureMixture::new(shares, self.slack_tokens).map_err(|e| OpError::Fatal(e.to_string()))?;
+        ensure.hold = self.hold;
+        ensure.field = self.field.clone();
+        ensure.stock_tokens = plan.after(|o| o.held_positions).map_or(0, |(_, n)| n);
+        if let Some((_, n)) = plan.after(|o| o.truncates_to) {
+            ensure.kept_tokens = n;
+        }
+        Ok(Some(Arc::new(ensure)))
+    }
+
     fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
         let k = self.shares.len();
         Some(Box::new(Deficit {
@@ -172,6 +224,11 @@ impl Deficit {
     fn measure(&self, r: &Record) -> Result<(usize, u64), OpError> {
         let d =
             r.lineage().first_sample().map(|s| s.dataset as usize).ok_or_else(|| OpError::Data("no lineage".into()))?;
+        if self.cfg.shares.is_empty() {
+            return Err(OpError::Fatal(
+                "ensure_mixture has no shares: build it with EnsureMixture::new, or from_mixture in a pipeline".into(),
+            ));
+        }
         if d >= self.cfg.shares.len() {
             return Err(OpError::Fatal(format!(
                 "dataset #{d} has no share in ensure_mixture ({} shares)",

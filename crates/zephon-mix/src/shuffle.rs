@@ -1,8 +1,11 @@
 //! A shuffle buffer whose randomness comes from the records themselves.
 
+use std::sync::Arc;
+
 use zephon_core::rng::mix64;
 use zephon_core::{
-    Accumulator, AccumulatorState, LaneContext, Lineage, OpError, Operator, OperatorKind, Record, RngKey, Settings,
+    Accumulator, AccumulatorState, Assembly, LaneContext, Lineage, OpError, Operator, OperatorKind, Record, RngKey,
+    Settings,
 };
 
 /// Shuffles a lane's records through a buffer of `size`: once the buffer is full, each new
@@ -65,6 +68,18 @@ impl Shuffle {
 impl Operator for Shuffle {
     fn name(&self) -> &str {
         "shuffle"
+    }
+
+    /// Keeps the token shares an `ensure_mixture` before it holds: its reordering alone would
+    /// move them past the bound at few lanes.
+    fn assemble(&self, plan: &Assembly<'_>) -> Result<Option<Arc<dyn Operator>>, OpError> {
+        match (self.keep.is_none(), plan.shares, plan.before(|o| o.share_slack)) {
+            (true, Some(shares), Some((_, slack))) => {
+                let kept = self.clone().keep_shares(shares, slack).map_err(|e| OpError::Fatal(e.to_string()))?;
+                Ok(Some(Arc::new(kept)))
+            }
+            _ => Ok(None),
+        }
     }
 
     fn fingerprint(&self) -> Settings {

@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 
 mod array;
+mod assembly;
 mod buffer;
 mod digest;
 mod encoding;
@@ -55,6 +56,7 @@ mod settings;
 pub mod testing;
 
 pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
+pub use assembly::{Assembly, Neighbour, Offer};
 pub use buffer::Buffer;
 pub use digest::{Digest, Hasher};
 pub use encoding::{ENCODING_VERSION, encode_record};

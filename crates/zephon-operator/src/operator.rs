@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::assembly::{Assembly, Offer};
 use crate::error::OpError;
 use crate::id::Lane;
 use crate::lineage::Lineage;
@@ -151,6 +152,21 @@ pub trait Operator: Send + Sync + 'static {
     fn describe(&self) -> String {
         self.fingerprint().to_text()
     }
+
+    /// What this operator tells the other operators of its pipeline (a vocabulary size, the
+    /// positions it holds, the attachments it decodes). The default offers nothing.
+    fn offer(&self) -> Offer {
+        Offer::none()
+    }
+
+    /// Adapts the operator to its pipeline, once, before the run starts: given the datasets
+    /// and what the other operators offer ([`Assembly`]), returns the operator to run in its
+    /// place (`None`: this one as it is), or an error naming what is missing or contradictory
+    /// (reported as a pipeline error before anything runs). The default keeps the operator.
+    fn assemble(&self, assembly: &Assembly<'_>) -> Result<Option<std::sync::Arc<dyn Operator>>, OpError> {
+        let _ = assembly;
+        Ok(None)
+    }
 }
 
 /// A shared operator is the operator: `Arc<O>` and `Arc<dyn Operator>` go wherever an operator
@@ -177,6 +193,12 @@ impl<O: Operator + ?Sized> Operator for std::sync::Arc<O> {
     fn describe(&self) -> String {
         (**self).describe()
     }
+    fn offer(&self) -> Offer {
+        (**self).offer()
+    }
+    fn assemble(&self, assembly: &Assembly<'_>) -> Result<Option<std::sync::Arc<dyn Operator>>, OpError> {
+        (**self).assemble(assembly)
+    }
 }
 
 /// A boxed operator is the operator.
@@ -201,6 +223,12 @@ impl<O: Operator + ?Sized> Operator for Box<O> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn offer(&self) -> Offer {
+        (**self).offer()
+    }
+    fn assemble(&self, assembly: &Assembly<'_>) -> Result<Option<std::sync::Arc<dyn Operator>>, OpError> {
+        (**self).assemble(assembly)
     }
 }
 

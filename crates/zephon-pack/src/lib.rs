@@ -73,7 +73,7 @@ mod wrap;
 
 use std::sync::Arc;
 
-use zephon_operator::{Accumulator, LaneContext, Operator, OperatorKind};
+use zephon_operator::{Accumulator, Assembly, LaneContext, Offer, OpError, Operator, OperatorKind};
 
 pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongDocs, PackConfig};
 pub use error::PackError;
@@ -129,6 +129,25 @@ impl Pack {
 impl Operator for Pack {
     fn name(&self) -> &str {
         "pack"
+    }
+
+    fn offer(&self) -> Offer {
+        let offer = Offer::none().with_held_positions(self.holds_positions());
+        match self.config.long {
+            LongDocs::Truncate => offer.with_truncation(self.config.seq_len as u64),
+            LongDocs::Split => offer,
+        }
+    }
+
+    /// Refuses a pad id that is not a token of the tokenizer before it.
+    fn assemble(&self, plan: &Assembly<'_>) -> Result<Option<Arc<dyn Operator>>, OpError> {
+        match plan.before(|o| o.vocab_size) {
+            Some((_, v)) if self.config.pad_id as usize >= v => Err(OpError::Fatal(format!(
+                "pad_id {} is not a token of the tokenizer (its vocabulary has {v} ids)",
+                self.config.pad_id
+            ))),
+            _ => Ok(None),
+        }
     }
 
     fn fingerprint(&self) -> zephon_operator::Settings {

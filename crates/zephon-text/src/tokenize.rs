@@ -1,7 +1,8 @@
 //! The tokenize operator.
 
 use zephon_operator::{
-    Attachment, Field, Fragment, Lineage, OpError, Operator, Record, Settings, SettingsValue, Span, Value,
+    Assembly, Attachment, Field, Fragment, Lineage, Offer, OpError, Operator, Record, Settings, SettingsValue, Span,
+    Value,
 };
 
 use crate::tokenizer::{Error, Tokenizer};
@@ -172,6 +173,26 @@ impl Tokenize {
 impl Operator for Tokenize {
     fn name(&self) -> &str {
         "tokenize"
+    }
+
+    fn offer(&self) -> Offer {
+        Offer::none().with_vocab_size(self.tokenizer.vocab_size())
+    }
+
+    /// Reads each dataset's own text field (unless [`Tokenize::dataset_fields`] named them),
+    /// and refuses to come before the decoding of images: it places each image by its token
+    /// count.
+    fn assemble(&self, plan: &Assembly<'_>) -> Result<Option<std::sync::Arc<dyn Operator>>, OpError> {
+        if let Some((name, kind)) = plan.after(|o| o.decodes.clone()) {
+            return Err(OpError::Fatal(format!(
+                "{name} (decoding {kind}) must come before tokenize: tokenize places each image by its token count"
+            )));
+        }
+        if !self.dataset_fields.is_empty() || plan.text_fields.is_empty() {
+            return Ok(None);
+        }
+        let fields: Vec<&str> = plan.text_fields.iter().map(String::as_str).collect();
+        Ok(Some(std::sync::Arc::new(self.clone().dataset_fields(&fields))))
     }
 
     fn fingerprint(&self) -> Settings {

@@ -245,6 +245,10 @@ impl Operator for Images {
         "images"
     }
 
+    fn offer(&self) -> zephon_operator::Offer {
+        zephon_operator::Offer::none().with_decodes(&self.config.kind)
+    }
+
     fn fingerprint(&self) -> Settings {
         let c = &*self.config;
         let layout: SettingsValue = match c.layout {

@@ -18,25 +18,9 @@ use crate::mixture::{Amount, Mixture};
 /// The metadata key under which token estimates travel in checkpoints.
 pub const TOKEN_ESTIMATES: &str = "token-estimates";
 
-/// One step of the pipeline as the builder holds it.
-#[derive(Clone)]
-enum Stage {
-    // Boxed: a tokenizer is far larger than the other stages.
-    #[cfg(feature = "text")]
-    Tokenize(Box<zephon_text::Tokenize>),
-    EnsureMixture {
-        slack_tokens: u64,
-        hold: Option<usize>,
-    },
-    #[cfg(feature = "vision")]
-    Images(zephon_vision::Images),
-    Pack(Pack),
-    Shuffle {
-        buffer: usize,
-        warm_up: bool,
-    },
-    Custom(Arc<dyn Operator>),
-}
+/// One operator as the builder holds it: the operator, or why it could not be made (the
+/// builder's methods do not fail; `build` reports the first such error).
+type Stage = std::result::Result<Arc<dyn Operator>, String>;
 
 /// A pipeline under construction: what to train on (a [`Mixture`]) and how stored samples
 /// become rows (operators, in order). `build` opens the data and starts the engine for one
@@ -67,6 +51,9 @@ enum Stage {
 pub struct Pipeline {
     mixture: Mixture,
     stages: Vec<Stage>,
+    /// The tokenize step, also kept as itself: token estimates measure with its tokenizer.
+    #[cfg(feature = "text")]
+    tokenize: Option<Box<zephon_text::Tokenize>>,
     seed: u64,
     bad_records: BadRecords,
     tail: Tail,
@@ -79,6 +66,8 @@ impl Pipeline {
         Pipeline {
             mixture,
             stages: Vec::new(),
+            #[cfg(feature = "text")]
+            tokenize: None,
             seed: 0,
             bad_records: BadRecords::Fail,
             tail: Tail::Drop,
@@ -90,7 +79,8 @@ impl Pipeline {
     #[cfg(feature = "text")]
     #[must_use]
     pub fn tokenize(mut self, tokenize: zephon_text::Tokenize) -> Self {
-        self.stages.push(Stage::Tokenize(Box::new(tokenize)));
+        self.stages.push(Ok(Arc::new(tokenize.clone())));
+        self.tokenize = Some(Box::new(tokenize));
         self
     }
 
@@ -99,7 +89,7 @@ impl Pipeline {
     #[cfg(feature = "vision")]
     #[must_use]
     pub fn images(mut self, images: zephon_vision::Images) -> Self {
-        self.stages.push(Stage::Images(images));
+        self.stages.push(Ok(Arc::new(images)));
         self
     }
 
@@ -111,7 +101,7 @@ impl Pipeline {
     /// datasets.
     #[must_use]
     pub fn ensure_mixture(mut self, slack_tokens: u64) -> Self {
-        self.stages.push(Stage::EnsureMixture { slack_tokens, hold: None });
+        self.stages.push(Ok(Arc::new(EnsureMixture::from_mixture(slack_tokens))));
         self
     }
 
@@ -120,21 +110,22 @@ impl Pipeline {
     /// closed loop cannot give (it never needs more than about a chunk and a document).
     #[must_use]
     pub fn ensure_mixture_holding(mut self, slack_tokens: u64, hold: usize) -> Self {
-        self.stages.push(Stage::EnsureMixture { slack_tokens, hold: Some(hold) });
+        let ensure = EnsureMixture::from_mixture(slack_tokens).hold(hold);
+        self.stages.push(ensure.map(|e| Arc::new(e) as Arc<dyn Operator>).map_err(|e| e.to_string()));
         self
     }
 
     /// Packs documents into rows.
     #[must_use]
     pub fn pack(mut self, pack: Pack) -> Self {
-        self.stages.push(Stage::Pack(pack));
+        self.stages.push(Ok(Arc::new(pack)));
         self
     }
 
     /// Shuffles records (usually rows) through a buffer of `buffer` per lane.
     #[must_use]
     pub fn shuffle(mut self, buffer: usize) -> Self {
-        self.stages.push(Stage::Shuffle { buffer, warm_up: false });
+        self.stages.push(Shuffle::new(buffer).map(|s| Arc::new(s) as Arc<dyn Operator>).map_err(|e| e.to_string()));
         self
     }
 
@@ -143,14 +134,17 @@ impl Pipeline {
     /// lane to fill its buffer (with many lanes, most of the time to the first batch).
     #[must_use]
     pub fn shuffle_warming_up(mut self, buffer: usize) -> Self {
-        self.stages.push(Stage::Shuffle { buffer, warm_up: true });
+        let shuffle = Shuffle::new(buffer).map(Shuffle::warm_up);
+        self.stages.push(shuffle.map(|s| Arc::new(s) as Arc<dyn Operator>).map_err(|e| e.to_string()));
         self
     }
 
-    /// Appends any operator (third-party operators implement `zephon_core::Operator`).
+    /// Appends any operator (third-party operators implement `zephon_operator::Operator`). It
+    /// is assembled with the others ([`Operator::assemble`]): what it needs of the pipeline it
+    /// states itself.
     #[must_use]
     pub fn then(mut self, op: impl Operator) -> Self {
-        self.stages.push(Stage::Custom(Arc::new(op)));
+        self.stages.push(Ok(Arc::new(op)));
         self
     }
 
@@ -240,7 +234,9 @@ impl Pipeline {
     fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>, lanes: u32) -> Result<Assembled> {
         let m = &self.mixture;
         m.check().map_err(Error::Build)?;
-        self.check_order()?;
+        // Assembled first: a pipeline in the wrong order is refused before data is opened or
+        // measured.
+        let operators = self.operators(m.token_shares().as_deref())?;
         let opened = m
             .datasets
             .iter()
@@ -314,73 +310,11 @@ impl Pipeline {
                 (Arc::new(source), weights)
             }
         };
-        let mut operators = Operators::new();
-        #[cfg(feature = "text")]
-        let vocab = self.stages.iter().find_map(|s| match s {
-            Stage::Tokenize(t) => Some(t.tokenizer().vocab_size()),
-            _ => None,
-        });
-        #[cfg(not(feature = "text"))]
-        let vocab: Option<usize> = None;
-        for stage in &self.stages {
-            if let (Stage::Pack(p), Some(v)) = (stage, vocab)
-                && p.config().pad_id as usize >= v
-            {
-                return Err(Error::Build(format!(
-                    "pad_id {} is not a token of the tokenizer (its vocabulary has {v} ids)",
-                    p.config().pad_id
-                )));
-            }
-            let op: Arc<dyn zephon_core::Operator> = match stage {
-                // Each dataset's own text field, as its reader yields it.
-                #[cfg(feature = "text")]
-                Stage::Tokenize(t) => {
-                    let fields = self.text_fields();
-                    Arc::new(t.clone().dataset_fields(&fields.iter().map(String::as_str).collect::<Vec<_>>()))
-                }
-                Stage::EnsureMixture { slack_tokens, hold } => {
-                    let shares = shares.clone().ok_or_else(|| {
-                        Error::Build("ensure_mixture needs token shares on the datasets (Dataset::share)".into())
-                    })?;
-                    let mut ensure = EnsureMixture::new(&shares, *slack_tokens)?.standing_stock(0);
-                    if let Some(h) = hold {
-                        ensure = ensure.hold(*h)?;
-                    }
-                    // What the packer after it holds for good, and what it cuts off, are
-                    // known here: ensure_mixture measures the shares past them.
-                    if let Some(pack) =
-                        self.stages.iter().find_map(|s| if let Stage::Pack(p) = s { Some(p) } else { None })
-                    {
-                        ensure = ensure.standing_stock(pack.holds_positions());
-                        if pack.config().long == zephon_pack::LongDocs::Truncate {
-                            ensure = ensure.truncated_to(pack.config().seq_len as u64);
-                        }
-                    }
-                    Arc::new(ensure)
-                }
-                #[cfg(feature = "vision")]
-                Stage::Images(op) => Arc::new(op.clone()),
-                Stage::Pack(p) => Arc::new(p.clone()),
-                Stage::Shuffle { buffer, warm_up } => {
-                    let mut shuffle = Shuffle::new(*buffer)?;
-                    if *warm_up {
-                        shuffle = shuffle.warm_up();
-                    }
-                    // Shares that ensure_mixture keeps before the buffer, the buffer keeps too:
-                    // its reordering alone would move them past the bound at few lanes.
-                    let slack = self.stages.iter().find_map(|s| match s {
-                        Stage::EnsureMixture { slack_tokens, .. } => Some(*slack_tokens),
-                        _ => None,
-                    });
-                    if let (Some(shares), Some(slack)) = (&shares, slack) {
-                        shuffle = shuffle.keep_shares(shares, slack)?;
-                    }
-                    Arc::new(shuffle)
-                }
-                Stage::Custom(op) => op.clone(),
-            };
-            operators = operators.then(op);
-        }
+        let ensure_stage = operators
+            .operators()
+            .iter()
+            .filter(|op| op.kind().accumulates())
+            .position(|op| op.offer().share_slack.is_some());
         let spec = RunSpec {
             operators,
             source,
@@ -390,32 +324,35 @@ impl Pipeline {
             tail: self.tail,
             metadata,
         };
-        let ensure_stage =
-            self.stages.iter().filter(|s| !is_map(s)).position(|s| matches!(s, Stage::EnsureMixture { .. }));
         Ok(Assembled { spec, estimates, weights, shares, ensure_stage })
     }
 
-    /// Stages whose order is fixed by what they need: images are decoded before tokenize places
-    /// them (it needs their token counts).
-    fn check_order(&self) -> Result<()> {
-        #[cfg(all(feature = "vision", feature = "text"))]
-        {
-            let at = |f: fn(&Stage) -> bool| self.stages.iter().position(f);
-            let images = at(|s| matches!(s, Stage::Images(_)));
-            let tokenize = at(|s| matches!(s, Stage::Tokenize(_)));
-            if let (Some(i), Some(t)) = (images, tokenize)
-                && i > t
-            {
-                return Err(Error::Build(
-                    "images must come before tokenize: tokenize places each image by its token count".into(),
-                ));
-            }
+    /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the
+    /// mixture and the other operators offer.
+    fn operators(&self, shares: Option<&[f64]>) -> Result<Operators> {
+        let ops: Vec<Arc<dyn Operator>> =
+            self.stages.iter().cloned().collect::<std::result::Result<_, String>>().map_err(Error::Build)?;
+        let neighbours: Vec<zephon_core::Neighbour> =
+            ops.iter().map(|op| zephon_core::Neighbour { name: op.name().to_string(), offer: op.offer() }).collect();
+        let names: Vec<String> = self.mixture.datasets.iter().map(|d| d.name.clone()).collect();
+        let text_fields = self.text_fields();
+        let mut operators = Operators::new();
+        for (i, op) in ops.iter().enumerate() {
+            let before: Vec<zephon_core::Neighbour> = neighbours[..i].iter().rev().cloned().collect();
+            let plan = zephon_core::Assembly {
+                datasets: &names,
+                text_fields: &text_fields,
+                shares,
+                before: &before,
+                after: &neighbours[i + 1..],
+            };
+            let assembled = op.assemble(&plan).map_err(|e| Error::Build(format!("{}: {e}", op.name())))?;
+            operators = operators.then(assembled.unwrap_or_else(|| op.clone()));
         }
-        Ok(())
+        Ok(operators)
     }
 
     /// The text field of each dataset, in order (`text` for a dataset without one).
-    #[cfg(feature = "text")]
     fn text_fields(&self) -> Vec<String> {
         self.mixture.datasets.iter().map(|d| d.options.fields.text.clone().unwrap_or_else(|| "text".into())).collect()
     }
@@ -426,11 +363,7 @@ impl Pipeline {
     fn estimate(&self, datasets: &Datasets) -> Result<Vec<TokenEstimate>> {
         #[cfg(feature = "text")]
         {
-            let tokenize = self.stages.iter().find_map(|s| match s {
-                Stage::Tokenize(t) => Some(t),
-                _ => None,
-            });
-            if let Some(t) = tokenize {
+            if let Some(t) = &self.tokenize {
                 let tokenizer = t.tokenizer().clone();
                 let fields = self.text_fields();
                 let field_refs: Vec<&str> = fields.iter().map(String::as_str).collect();
@@ -518,17 +451,14 @@ impl Pipeline {
     /// Whether the pipeline has a tokenize step.
     fn tokenizes(&self) -> bool {
         #[cfg(feature = "text")]
-        return self.stages.iter().any(|s| matches!(s, Stage::Tokenize(_)));
+        return self.tokenize.is_some();
         #[cfg(not(feature = "text"))]
         false
     }
 
-    /// Whether the pipeline decodes images.
+    /// Whether an operator of the pipeline decodes attachments (images).
     fn has_images(&self) -> bool {
-        #[cfg(feature = "vision")]
-        return self.stages.iter().any(|s| matches!(s, Stage::Images(_)));
-        #[cfg(not(feature = "vision"))]
-        false
+        self.stages.iter().flatten().any(|op| op.offer().decodes.is_some())
     }
 
     /// The text bytes of every row (`tokens`: the tokens of its text), or the ones cached for
@@ -538,10 +468,7 @@ impl Pipeline {
         #[cfg(feature = "text")]
         {
             use sha2::Digest as _;
-            let tokenizer = self.stages.iter().find_map(|s| match s {
-                Stage::Tokenize(t) => Some(t.tokenizer().clone()),
-                _ => None,
-            });
+            let tokenizer = self.tokenize.as_ref().map(|t| t.tokenizer().clone());
             let fields = self.text_fields();
             let mut h = sha2::Sha256::new();
             h.update(datasets.fingerprint().0);
@@ -600,18 +527,6 @@ fn decode_row_sizes(bytes: &[u8], rows: &[u64]) -> Option<Vec<Vec<u32>>> {
 /// estimates unless `balance` asks otherwise: a pass of tokenizing on every rank would cost
 /// more than the tokens a balanced end saves.
 pub const ROW_TOKENS_BY_DEFAULT: u64 = 1 << 30;
-
-/// Whether a builder stage is only a stateless map (no accumulator stage in the plan).
-fn is_map(stage: &Stage) -> bool {
-    match stage {
-        #[cfg(feature = "text")]
-        Stage::Tokenize(_) => true,
-        #[cfg(feature = "vision")]
-        Stage::Images(_) => true,
-        Stage::Custom(op) => !op.kind().accumulates(),
-        Stage::EnsureMixture { .. } | Stage::Pack(_) | Stage::Shuffle { .. } => false,
-    }
-}
 
 #[cfg(all(test, feature = "text"))]
 mod tests {

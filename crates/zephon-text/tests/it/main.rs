@@ -310,3 +310,23 @@ mod prefix {
         }
     }
 }
+
+#[test]
+fn tokenize_offers_its_vocabulary_and_refuses_to_come_before_the_images_it_places() {
+    use zephon_core::{Assembly, Neighbour, Offer, Operator};
+    let t = Tokenize::new(gpt2());
+    assert_eq!(t.offer().vocab_size, Some(50257));
+    let fields = ["body".to_string(), "text".to_string()];
+    let names = ["a".to_string(), "b".to_string()];
+    let mut plan = Assembly { datasets: &names, text_fields: &fields, shares: None, before: &[], after: &[] };
+    let assembled = t.assemble(&plan).unwrap().expect("it takes the datasets' text fields");
+    assert!(
+        assembled.fingerprint().to_text().contains(r#"dataset_fields=["body", "text"]"#),
+        "{}",
+        assembled.describe()
+    );
+    let after = [Neighbour { name: "images".into(), offer: Offer::none().with_decodes("image") }];
+    plan.after = &after;
+    let e = t.assemble(&plan).err().expect("images after tokenize").to_string();
+    assert!(e.contains("images (decoding image) must come before tokenize"), "{e}");
+}

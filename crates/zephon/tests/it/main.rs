@@ -1,5 +1,6 @@
 //! The facade end to end: the spec, the DSL, the real corpora and the real GPT-2 tokenizer.
 
+mod assembly;
 mod closed_loop;
 mod end_to_end;
 mod finite;

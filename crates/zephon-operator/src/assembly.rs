@@ -1,0 +1,107 @@
+//! What operators tell each other when a pipeline is put together: each states what it
+//! offers ([`Offer`]) and adapts itself to what the others offer ([`Operator::assemble`]).
+//!
+//! Without this, the code that assembles a pipeline must know every operator: that
+//! `ensure_mixture` measures shares past the packer's open rows, that a shuffle after it keeps
+//! its slack, that a packer's pad id must be a token of the tokenizer. Here each operator says
+//! so itself, and a new operator (built in or third party) is assembled by the same loop.
+//!
+//! [`Operator::assemble`]: crate::Operator::assemble
+
+/// What an operator tells the others of its pipeline. Every fact is optional; an operator
+/// offers those it knows. New facts are added as new fields (the struct is non-exhaustive:
+/// build one with [`Offer::none`] and the `with_*` methods).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Offer {
+    /// Token ids of its output are below this (a tokenizer's vocabulary size).
+    pub vocab_size: Option<usize>,
+    /// Sequence positions it holds for good in every lane (a packer's open rows): what an
+    /// operator before it measuring the output sees only later.
+    pub held_positions: Option<u64>,
+    /// The length it cuts longer documents to (a truncating packer).
+    pub truncates_to: Option<u64>,
+    /// The token-share slack it keeps (`ensure_mixture`), which a reorder after it should keep.
+    pub share_slack: Option<u64>,
+    /// The attachment kind it decodes (`image`), which an operator placing those attachments
+    /// in token sequences must come after.
+    pub decodes: Option<String>,
+}
+
+impl Offer {
+    /// Offers nothing.
+    pub fn none() -> Self {
+        Offer::default()
+    }
+
+    /// Offers a vocabulary size.
+    #[must_use]
+    pub fn with_vocab_size(mut self, n: usize) -> Self {
+        self.vocab_size = Some(n);
+        self
+    }
+
+    /// Offers the positions held for good per lane.
+    #[must_use]
+    pub fn with_held_positions(mut self, n: u64) -> Self {
+        self.held_positions = Some(n);
+        self
+    }
+
+    /// Offers the length documents are truncated to.
+    #[must_use]
+    pub fn with_truncation(mut self, n: u64) -> Self {
+        self.truncates_to = Some(n);
+        self
+    }
+
+    /// Offers the share slack kept.
+    #[must_use]
+    pub fn with_share_slack(mut self, n: u64) -> Self {
+        self.share_slack = Some(n);
+        self
+    }
+
+    /// Offers an attachment kind decoded.
+    #[must_use]
+    pub fn with_decodes(mut self, kind: &str) -> Self {
+        self.decodes = Some(kind.to_string());
+        self
+    }
+}
+
+/// One other operator of the pipeline, as an operator being assembled sees it.
+#[derive(Clone, Debug)]
+pub struct Neighbour {
+    /// Its name ([`Operator::name`](crate::Operator::name)).
+    pub name: String,
+    /// What it offers.
+    pub offer: Offer,
+}
+
+/// What the pipeline knows when one of its operators is assembled.
+#[derive(Clone, Copy, Debug)]
+pub struct Assembly<'a> {
+    /// The datasets' names, in the run's dataset order.
+    pub datasets: &'a [String],
+    /// Each dataset's text field, in dataset order.
+    pub text_fields: &'a [String],
+    /// The datasets' token shares, when the mixture is given by shares (they sum to 1).
+    pub shares: Option<&'a [f64]>,
+    /// The operators before this one, nearest first.
+    pub before: &'a [Neighbour],
+    /// The operators after this one, nearest first.
+    pub after: &'a [Neighbour],
+}
+
+impl<'a> Assembly<'a> {
+    /// The nearest operator before this one offering what `fact` picks.
+    pub fn before<T>(&self, fact: impl Fn(&Offer) -> Option<T>) -> Option<(&'a str, T)> {
+        self.before.iter().find_map(|n| fact(&n.offer).map(|v| (n.name.as_str(), v)))
+    }
+
+    /// The nearest operator after this one offering what `fact` picks.
+    pub fn after<T>(&self, fact: impl Fn(&Offer) -> Option<T>) -> Option<(&'a str, T)> {
+        self.after.iter().find_map(|n| fact(&n.offer).map(|v| (n.name.as_str(), v)))
+    }
+}
