@@ -48,6 +48,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod convert;
 mod error;

@@ -139,3 +139,9 @@ impl StepSource for EngineSource {
         ResumePoint::new(self.engine.position(), self.engine.topology(), lanes, self.header.clone())
     }
 }
+
+impl std::fmt::Debug for EngineSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineSource").field("engine", &self.engine).finish_non_exhaustive()
+    }
+}

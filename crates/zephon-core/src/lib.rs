@@ -45,6 +45,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod batch;
 pub mod checkpoint;

@@ -224,3 +224,9 @@ pub(crate) fn take_covering(candidates: Vec<Record>, wanted: &Lineage) -> Result
         ))
     })
 }
+
+impl std::fmt::Debug for Operators {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.ops.iter().map(|op| op.fingerprint().to_text())).finish()
+    }
+}

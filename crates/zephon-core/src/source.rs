@@ -362,3 +362,18 @@ impl WorkSource for SequentialSource {
             .set("seed", self.seed)
     }
 }
+
+impl std::fmt::Debug for MemoryDataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryDataset")
+            .field("name", &self.manifest.name)
+            .field("shards", &self.manifest.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Datasets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.list.iter().map(|d| d.manifest().name.clone())).finish()
+    }
+}

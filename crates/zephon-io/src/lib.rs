@@ -33,6 +33,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod error;
 mod fields;

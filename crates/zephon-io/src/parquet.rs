@@ -545,3 +545,12 @@ fn value_at(col: &dyn Array, i: usize) -> Cell {
         _ => return Cell::Unsupported("a column of a type zephon does not read"),
     })
 }
+
+impl std::fmt::Debug for ParquetDataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParquetDataset")
+            .field("name", &self.manifest.name)
+            .field("shards", &self.manifest.shards.len())
+            .finish_non_exhaustive()
+    }
+}

@@ -39,6 +39,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod balance;
 mod ensure;

@@ -566,3 +566,13 @@ impl WorkSource for MixtureSource {
         )
     }
 }
+
+impl std::fmt::Debug for MixtureSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MixtureSource")
+            .field("datasets", &self.names)
+            .field("weights", &self.weights)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -215,6 +215,16 @@ impl Steering for SteeredSource {
     }
 }
 
+impl std::fmt::Debug for SteeredSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SteeredSource")
+            .field("shares", &self.shares)
+            .field("exhaustion", &self.exhaustion)
+            .field("streams", &self.streams)
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

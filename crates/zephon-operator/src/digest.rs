@@ -82,3 +82,9 @@ impl Hasher {
         Digest(self.0.finalize().into())
     }
 }
+
+impl fmt::Debug for Hasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Hasher(SHA-256)")
+    }
+}

@@ -40,6 +40,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod array;
 mod assembly;

@@ -62,6 +62,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod config;
 mod doc;

@@ -30,6 +30,7 @@
 //! checkpoint never restores under another tokenizer.
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod added;
 mod bpe;

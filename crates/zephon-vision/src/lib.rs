@@ -46,6 +46,7 @@
 //! WebP or video.
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 pub mod augment;
 mod decode;

@@ -196,6 +196,12 @@ impl Dtype {
     }
 }
 
+impl<T: Element> std::fmt::Debug for Table<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Table(3 × 256 entries)")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,7 @@
 //! columnar batches; tensors are the sink's business.
 
 #![deny(missing_docs)]
+#![deny(missing_debug_implementations)]
 
 mod assembled;
 mod error;

@@ -308,3 +308,9 @@ impl Iterator for Loader {
         self.next_step().transpose()
     }
 }
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader").field("engine", &self.engine).field("exec", &self.exec).finish_non_exhaustive()
+    }
+}

@@ -546,3 +546,24 @@ mod tests {
         assert_eq!(decode_row_sizes(&[], &[]), None, "no checksum");
     }
 }
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stages: Vec<String> = self
+            .stages
+            .iter()
+            .map(|s| match s {
+                Ok(op) => op.fingerprint().to_text(),
+                Err(e) => format!("(invalid: {e})"),
+            })
+            .collect();
+        f.debug_struct("Pipeline")
+            .field("mixture", &self.mixture)
+            .field("operators", &stages)
+            .field("seed", &self.seed)
+            .field("bad_records", &self.bad_records)
+            .field("tail", &self.tail)
+            .field("exec", &self.exec)
+            .finish()
+    }
+}

@@ -571,3 +571,12 @@ fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &Exe
         })
         .collect()
 }
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("topology", self.topology())
+            .field("position", &self.position())
+            .finish_non_exhaustive()
+    }
+}

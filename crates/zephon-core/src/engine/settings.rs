@@ -176,3 +176,16 @@ impl ExecOptions {
         Ok(())
     }
 }
+
+impl std::fmt::Debug for RunSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunSpec")
+            .field("operators", &self.operators)
+            .field("source", &self.source.describe())
+            .field("datasets", &self.datasets)
+            .field("seed", &self.seed)
+            .field("bad_records", &self.bad_records)
+            .field("tail", &self.tail)
+            .finish_non_exhaustive()
+    }
+}

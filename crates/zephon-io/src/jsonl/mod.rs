@@ -530,6 +530,15 @@ fn load_index(path: &Path, key: &str, size: u64) -> Option<Vec<u64>> {
     (rising && starts.last().is_none_or(|&last| last < size)).then_some(starts)
 }
 
+impl std::fmt::Debug for JsonlDataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonlDataset")
+            .field("name", &self.manifest.name)
+            .field("shards", &self.manifest.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use zephon_core::Value;

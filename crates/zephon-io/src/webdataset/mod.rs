@@ -272,6 +272,15 @@ fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardMan
     Ok((Shard { path: path.to_path_buf(), file, samples }, entry))
 }
 
+impl std::fmt::Debug for TarDataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TarDataset")
+            .field("name", &self.manifest.name)
+            .field("shards", &self.manifest.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 thread_local! {
     /// Shards scanned on this thread: evidence for tests that a cached index was used.
