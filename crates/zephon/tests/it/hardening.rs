@@ -95,7 +95,7 @@ fn shares_and_names_that_would_change_the_data_are_refused() {
     let e = Spec::parse(&zero, "mix.toml", "/".as_ref()).unwrap_err().to_string();
     assert!(e.contains("mix.toml") && e.contains("[pack] seq_len must be at least 1"), "{e}");
     let algo = base.replace("algorithm = \"wrap\"", "algorithm = \"tight\"");
-    let e = parse_named(&algo, "mix.toml").pipeline().err().unwrap().to_string();
+    let e = Spec::parse(&algo, "mix.toml", "/".as_ref()).unwrap_err().to_string();
     assert!(e.starts_with("spec mix.toml:"), "errors name the spec file, not the word `spec`: {e}");
 }
 

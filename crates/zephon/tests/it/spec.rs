@@ -43,8 +43,9 @@ fn invalid_values_are_errors() {
     let e = parse(&both_chunks).pipeline().err().unwrap().to_string();
     assert!(e.contains("chunk_size and chunk_tokens exclude each other"), "{e}");
     let algo = spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"tightest\"\nseq_len = 512\n");
-    let e = parse(&algo).pipeline().err().unwrap().to_string();
-    assert!(e.contains("tightest") && e.contains("best_fit"), "{e}");
+    // A misspelt choice is refused when the file is read, with its line and the names allowed.
+    let e = Spec::parse(&algo, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("line 26") && e.contains("unknown variant `tightest`") && e.contains("`best_fit`"), "{e}");
     for shuffle in ["[shuffle]\nbuffer = 4\nbuffer_total = 64\n", "[shuffle]\nwarm_up = true\n"] {
         let text = spec_text("jsonl", 8, 16, "", &format!("{PACK}\n{shuffle}"));
         let e = Spec::parse(&text, "s.toml", "/".as_ref()).unwrap_err().to_string();
@@ -129,8 +130,8 @@ fn the_end_of_data_policy_defaults_to_full_rows_only_where_data_ends_under_drop(
     assert!(plan("", "end_of_data = \"fill_rows\"\n").contains(filled));
     let text =
         spec_text("jsonl", 8, 16, "", "\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 512\nend_of_data = \"tidy\"\n");
-    let e = parse(&text).pipeline().err().unwrap().to_string();
-    assert!(e.contains("tidy") && e.contains("keep_pieces or fill_rows"), "{e}");
+    let e = Spec::parse(&text, "s.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("unknown variant `tidy`, expected `keep_pieces` or `fill_rows`"), "{e}");
 }
 
 /// A packer that truncates sees only what tokenize passes on: tokenize then truncates by

@@ -10,6 +10,29 @@ use serde_reflection::{ContainerFormat, Format, Tracer, TracerConfig};
 /// a table's keys under its TOML name (`dataset` for `[[dataset]]`).
 fn spec_keys() -> BTreeSet<(String, String)> {
     let mut tracer = Tracer::new(TracerConfig::default());
+    // Every choice (a unit enum) is traced on its own, so that all its variants are known.
+    macro_rules! choices {
+        ($($t:ty),+) => {$(tracer.trace_simple_type::<$t>().expect("a choice traces");)+};
+    }
+    use zephon::spec::*;
+    choices!(
+        SourceOrder,
+        TokenizeLongDocuments,
+        PackAlgorithm,
+        PackLongDocuments,
+        PackEndOfData,
+        ImagePreset,
+        ImageFit,
+        ImageFilter,
+        ImageNormalize,
+        ImageDtype,
+        ImageLayout,
+        JpegDecoder,
+        zephon::Exhaustion,
+        zephon::Balance,
+        zephon::BadRecords,
+        zephon::Tail
+    );
     tracer.trace_simple_type::<zephon::Spec>().expect("the spec's types trace");
     let registry = tracer.registry().expect("every type of the spec is known");
     let fields = |name: &str| match registry.get(name) {

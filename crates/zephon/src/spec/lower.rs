@@ -1,0 +1,331 @@
+//! A spec lowered to the builder: the same `Pipeline` calls a Rust user makes.
+
+use zephon_core::Tail;
+use zephon_io::Fields;
+use zephon_mix::{EstimateConfig, Exhaustion, Order, RowOrder};
+use zephon_pack::{Algorithm, EndOfData, LongDocs, Pack, PackConfig};
+
+use super::*;
+use crate::error::{Error, Result};
+use crate::mixture::{Dataset, Mixture};
+use crate::pipeline::Pipeline;
+
+impl Spec {
+    /// The pipeline the spec describes (opens nothing yet).
+    pub fn pipeline(&self) -> Result<Pipeline> {
+        let bad = |m: String| Error::Spec { path: self.file.clone(), message: m };
+        let mut mixture = Mixture::new();
+        for d in &self.datasets {
+            let ids = self.pretokenized.as_ref().map(|p| p.field.clone().unwrap_or_else(|| "input_ids".into()));
+            let mut ds = Dataset::new(&d.name, self.resolve(&d.path)).fields(Fields {
+                text: match ids {
+                    Some(_) => None,
+                    None => Some(d.text_field.clone().unwrap_or_else(|| "text".into())),
+                },
+                extra: d.extra_fields.iter().cloned().chain(ids).collect(),
+                allow_empty: d.allow_empty,
+                max_row_bytes: d.max_row_bytes,
+                images: d.images.clone(),
+            });
+            ds = match (d.share, d.weight) {
+                (Some(s), _) => ds.share(s),
+                (_, Some(w)) => ds.weight(w),
+                _ => ds,
+            };
+            mixture = mixture.dataset(ds);
+        }
+        let src = &self.source;
+        let rows = match src.order {
+            SourceOrder::Sequential => RowOrder::Sequential,
+            SourceOrder::Shuffled => RowOrder::Shuffled,
+            SourceOrder::Blocks => RowOrder::Blocks { size: src.block_size },
+            SourceOrder::Global => RowOrder::Global,
+        };
+        let exhaustion = src.exhaustion;
+        mixture = match (src.chunk_size, src.chunk_tokens) {
+            (Some(_), Some(_)) => {
+                return Err(bad("[source] chunk_size and chunk_tokens exclude each other: give one".into()));
+            }
+            (_, Some(t)) => mixture.chunk_tokens(t),
+            (Some(n), None) => mixture.chunk_size(n),
+            (None, None) => mixture,
+        };
+        mixture = mixture.order(Order { shuffle_shards: src.shuffle_shards, rows }).exhaustion(exhaustion, src.passes);
+        if let Some(seed) = src.seed {
+            mixture = mixture.seed(seed);
+        }
+        if let Some(b) = src.balance {
+            mixture = mixture.balance(b);
+        }
+        if let Some(e) = &self.estimate {
+            let d = EstimateConfig::default();
+            mixture = mixture.estimate(EstimateConfig {
+                length_rows: e.length_rows.unwrap_or(d.length_rows),
+                token_rows: e.token_windows.unwrap_or(d.token_rows),
+                max_token_bytes: e.window_bytes.unwrap_or(d.max_token_bytes),
+                ..d
+            });
+        }
+
+        let (bad_records, tail) = (self.run.bad_records, self.run.tail);
+        let mut p = Pipeline::new(mixture).seed(self.seed).bad_records(bad_records).tail(tail).exec(self.exec());
+
+        let seq_len = self.pack.as_ref().map(|p| p.seq_len);
+        if let Some(im) = &self.images {
+            #[cfg(feature = "vision")]
+            {
+                p = p.images(self.images_op(im)?);
+            }
+            #[cfg(not(feature = "vision"))]
+            {
+                let _ = im;
+                return Err(Error::Build("this build has no `vision` feature: [images] is unavailable".into()));
+            }
+        }
+        if let Some(pt) = &self.pretokenized {
+            #[cfg(feature = "text")]
+            {
+                let v = |m: String| bad(format!("[pretokenized] {m}"));
+                let mut op = zephon_text::PreTokenized::new(pt.field.as_deref().unwrap_or("input_ids"));
+                if let Some(n) = pt.vocab_size {
+                    op = op.vocab_size(n).map_err(v)?;
+                }
+                if let Some(e) = pt.eos {
+                    op = op.eos(e).map_err(v)?;
+                }
+                p = p.then(op);
+            }
+            #[cfg(not(feature = "text"))]
+            {
+                let _ = pt;
+                return Err(Error::Build("this build has no `text` feature: [pretokenized] is unavailable".into()));
+            }
+        }
+        if let Some(t) = &self.tokenize {
+            #[cfg(feature = "text")]
+            {
+                p = p.tokenize(self.tokenize_op(t, seq_len)?);
+            }
+            #[cfg(not(feature = "text"))]
+            {
+                let _ = (t, seq_len);
+                return Err(Error::Build("this build has no `text` feature: [tokenize] is unavailable".into()));
+            }
+        }
+        if let Some(e) = &self.ensure_mixture {
+            let slack = e.slack_tokens.unwrap_or(4096);
+            p = match e.hold_per_lane(self.lanes).map_err(bad)? {
+                Some(hold) => p.ensure_mixture_holding(slack, hold),
+                None => p.ensure_mixture(slack),
+            };
+        }
+        if let Some(pk) = &self.pack {
+            let bins = pk.bins_per_lane(self.lanes).map_err(bad)?;
+            let algorithm = match pk.algorithm {
+                PackAlgorithm::Wrap => Algorithm::Wrap,
+                PackAlgorithm::FirstFit => Algorithm::FirstFit { bins },
+                PackAlgorithm::BestFit => Algorithm::BestFit { bins },
+                PackAlgorithm::OnePerRow => Algorithm::FirstFit { bins: 1 },
+            };
+            let mut config = PackConfig::new(algorithm, pk.seq_len);
+            match (pk.algorithm, pk.max_segments) {
+                (PackAlgorithm::OnePerRow, Some(m)) if m != 1 => {
+                    return Err(bad(format!(
+                        "[pack] algorithm = \"one_per_row\" puts one document in each row: max_segments = {m} \
+                         contradicts it"
+                    )));
+                }
+                (PackAlgorithm::OnePerRow, _) => config.max_segments = 1,
+                (_, Some(m)) => config.max_segments = m,
+                (_, None) => {}
+            }
+            config.long = match pk.long_documents.unwrap_or(PackLongDocuments::Split) {
+                PackLongDocuments::Split => LongDocs::Split,
+                PackLongDocuments::Truncate => LongDocs::Truncate,
+            };
+            let finite = self.source.exhaustion != Exhaustion::Repeat;
+            config.end_of_data = match pk.end_of_data {
+                None if finite && tail == Tail::Drop && algorithm != Algorithm::Wrap => EndOfData::FillRows,
+                None | Some(PackEndOfData::KeepPieces) => EndOfData::KeepPieces,
+                Some(PackEndOfData::FillRows) => EndOfData::FillRows,
+            };
+            config.warm_up = pk.warm_up;
+            if let Some(id) = pk.pad_id {
+                config.pad_id = id;
+            }
+            if let Some(i) = pk.ignore_index {
+                config.ignore_index = i;
+            }
+            p = p.pack(Pack::new(config)?);
+        }
+        if let Some(s) = &self.shuffle {
+            let buffer = s.per_lane(self.lanes).map_err(bad)?;
+            p = if s.warm_up { p.shuffle_warming_up(buffer) } else { p.shuffle(buffer) };
+        }
+        Ok(p)
+    }
+
+    #[cfg(feature = "vision")]
+    fn images_op(&self, im: &ImagesSpec) -> Result<zephon_vision::Images> {
+        use zephon_vision::normalize::{Dtype, Normalize};
+        use zephon_vision::resize::{Filter, Fit, ResizeSpec};
+        use zephon_vision::{ImageTokens, Images, ImagesConfig, JpegBackend, PixelLayout, PixelLimit, SmartResize};
+        let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[images] {m}") };
+        let v = |e: zephon_vision::VisionError| bad(e.to_string());
+        let mut c = match im.preset {
+            None | Some(ImagePreset::Llava) => ImagesConfig::llava(self.seed).map_err(v)?,
+            Some(ImagePreset::Qwen2Vl) => ImagesConfig::qwen2_vl(self.seed),
+        };
+        let filter = im.filter.map(|f| match f {
+            ImageFilter::Bilinear => Filter::Bilinear,
+            ImageFilter::Bicubic => Filter::Bicubic,
+            ImageFilter::Lanczos3 => Filter::Lanczos3,
+        });
+        // A setting that would have no effect is refused, never ignored.
+        if im.fit.is_some() && im.size.is_none() {
+            return Err(bad("fit applies to a fixed size: give `size` with it".into()));
+        }
+        if im.size.is_some() && im.dynamic_pixels.is_some() {
+            return Err(bad("give `size` (a fixed square) or `dynamic_pixels`, not both".into()));
+        }
+        // A new size keeps the preset's filter unless `filter` names another.
+        let preset_filter = c.resize.filter();
+        if let Some(side) = im.size {
+            let fit = match im.fit.unwrap_or(ImageFit::CenterCrop) {
+                ImageFit::CenterCrop => Fit::CenterCrop,
+                ImageFit::PadToSquare => {
+                    Fit::PadToSquare { fill: zephon_vision::resize::mean_fill(Normalize::CLIP.mean()) }
+                }
+                ImageFit::Stretch => Fit::Stretch,
+            };
+            c.resize = ResizeSpec::fixed(side, side, fit).map_err(v)?;
+        }
+        if let Some([min, max]) = im.dynamic_pixels {
+            c.resize = ResizeSpec::smart(SmartResize::new(28, min, max).map_err(v)?);
+        }
+        c.resize = c.resize.with_filter(filter.unwrap_or(preset_filter));
+        if let Some(n) = im.normalize {
+            c.normalize = match n {
+                ImageNormalize::Clip => Normalize::CLIP,
+                ImageNormalize::Imagenet => Normalize::IMAGENET,
+                ImageNormalize::Half => Normalize::HALF,
+            };
+        }
+        if let Some(d) = im.dtype {
+            c.dtype = match d {
+                ImageDtype::F32 => Dtype::F32,
+                ImageDtype::Bf16 => Dtype::Bf16,
+                ImageDtype::F16 => Dtype::F16,
+            };
+        }
+        if let Some(l) = im.layout {
+            c.layout = match l {
+                ImageLayout::Vit => PixelLayout::Vit { patch: 14 },
+                ImageLayout::Qwen2Vl => PixelLayout::Qwen2Vl(zephon_vision::patch::QwenPatching::QWEN2_VL),
+                ImageLayout::Chw => PixelLayout::Chw,
+            };
+        }
+        if let Some(p) = im.patch {
+            match c.layout {
+                PixelLayout::Vit { .. } => c.layout = PixelLayout::Vit { patch: p },
+                _ => return Err(bad("patch is the side of ViT patches: it needs layout = \"vit\"".into())),
+            }
+        }
+        if let Some(n) = im.tokens {
+            c.tokens = ImageTokens::Fixed(n);
+        }
+        if let Some(max) = im.max_pixels {
+            c.decode = c.decode.limit(PixelLimit::new(max).map_err(v)?);
+        }
+        if let Some(b) = im.backend {
+            let backend = match b {
+                JpegDecoder::Zune => JpegBackend::Zune,
+                JpegDecoder::LibjpegTurbo => JpegBackend::LibjpegTurbo,
+            };
+            c.decode = c.decode.jpeg_backend(backend).map_err(v)?;
+        }
+        if let Some(g) = im.reduced_decode {
+            if im.backend != Some(JpegDecoder::LibjpegTurbo) {
+                return Err(bad(
+                    "reduced_decode needs backend = \"libjpeg-turbo\" (zune-jpeg decodes at full scale)".into()
+                ));
+            }
+            c.reduced_decode = Some(zephon_vision::resize::ReducingGap::new(g).map_err(v)?);
+        }
+        if im.random_resized_crop {
+            c.crop = Some(zephon_vision::augment::RandomResizedCrop::DEFAULT);
+        }
+        if im.random_flip {
+            c.flip = Some(zephon_vision::augment::RandomFlip::HALF);
+        }
+        Images::new(c).map_err(v)
+    }
+
+    #[cfg(feature = "text")]
+    fn tokenize_op(&self, t: &TokenizeSpec, seq_len: Option<usize>) -> Result<zephon_text::Tokenize> {
+        use zephon_text::{LongDocuments, Tokenize, Tokenizer};
+        let tokenizer = Tokenizer::from_file(&self.resolve(&t.tokenizer))?;
+        // Each dataset's own `text_field` is set by the pipeline when it opens the datasets.
+        let tokenizer = tokenizer.allow_special_tokens_in_text(t.special_tokens_in_text);
+        let mut op = Tokenize::new(tokenizer.clone());
+        if self.images.is_some() {
+            let token = t.image_token.as_deref().ok_or_else(|| Error::Spec {
+                path: self.file.clone(),
+                message:
+                    "[tokenize] image_token is needed with [images]: the added token each image's placeholders use"
+                        .into(),
+            })?;
+            let mut im = zephon_text::ImagePlaceholders::new(
+                &tokenizer,
+                "image",
+                t.image_marker.as_deref().unwrap_or("<image>"),
+                token,
+            )?;
+            match (&t.image_start, &t.image_end) {
+                (Some(a), Some(b)) => im = im.around(&tokenizer, a, b)?,
+                (None, None) => {}
+                _ => {
+                    return Err(Error::Spec {
+                        path: self.file.clone(),
+                        message: "[tokenize] image_start and image_end go together: give both or neither".into(),
+                    });
+                }
+            }
+            op = op.images(im);
+        }
+        if let Some(b) = &t.bos {
+            op = op.bos(b)?;
+        }
+        if let Some(e) = &t.eos {
+            op = op.eos(e)?;
+        }
+        let max = t.max_tokens.or(seq_len);
+        // A packer that truncates only sees what tokenize passes on: split pieces fit a row and
+        // would never be cut, so by default tokenize truncates too.
+        let pack_truncates = self.pack.as_ref().is_some_and(|p| p.long_documents == Some(PackLongDocuments::Truncate));
+        let split = Some(TokenizeLongDocuments::Split);
+        let policy = match (t.long_documents, max) {
+            (None, Some(m)) if pack_truncates => LongDocuments::Truncate { max_tokens: m },
+            (s, Some(m)) if s == split && pack_truncates && seq_len.is_some_and(|s| m <= s) => {
+                return Err(Error::Spec {
+                    path: self.file.clone(),
+                    message: format!(
+                        "[pack] long_documents = \"truncate\" would cut nothing: [tokenize] long_documents = \"split\" \
+                         cuts documents into pieces of {m} tokens first, and each fits a row; to keep only the start \
+                         of long documents, set [tokenize] long_documents = \"truncate\""
+                    ),
+                });
+            }
+            (None | Some(TokenizeLongDocuments::Split), Some(m)) => LongDocuments::Split { max_tokens: m },
+            (Some(TokenizeLongDocuments::Truncate), Some(m)) => LongDocuments::Truncate { max_tokens: m },
+            (None, None) | (Some(TokenizeLongDocuments::Keep), _) => LongDocuments::Keep,
+            (Some(TokenizeLongDocuments::Split | TokenizeLongDocuments::Truncate), None) => {
+                return Err(Error::Spec {
+                    path: self.file.clone(),
+                    message: "[tokenize] long_documents needs max_tokens (or a [pack] section)".into(),
+                });
+            }
+        };
+        Ok(op.long_documents(policy)?)
+    }
+}

@@ -1,0 +1,237 @@
+//! The pipeline as a TOML file, so that the command line needs no Rust code.
+//!
+//! Every table refuses unknown keys: a typo is an error naming the key and line, never a
+//! silently ignored setting. Relative paths are relative to the spec file; `~` is the home
+//! directory. The operators run in a fixed order: tokenize, ensure_mixture, pack, shuffle.
+//!
+//! ```toml
+//! seed = 1234
+//! lanes = 8
+//! rows_per_step = 16            # G: rows per global step
+//!
+//! [[dataset]]
+//! name = "a"
+//! path = "corpora/a/jsonl"      # a shard file or a folder of shards
+//! share = 0.5                   # token share (or `weight = ...` for sample weights)
+//!
+//! [[dataset]]
+//! name = "b"
+//! path = "corpora/b/jsonl"
+//! share = 0.5
+//!
+//! [source]
+//! chunk_size = 64               # samples per chunk dealt to a lane (or chunk_tokens = estimated tokens)
+//! order = "shuffled"            # sequential | shuffled | blocks | global
+//! exhaustion = "repeat"         # repeat | stop | redistribute
+//! # balance = "row_tokens"      # finite data: lanes end together (every row tokenized once)
+//!
+//! [tokenize]
+//! tokenizer = "tokenizer.json"
+//! eos = "<|endoftext|>"
+//!
+//! [ensure_mixture]
+//! slack_tokens = 4096           # holds what runs ahead, drops nothing
+//!
+//! [pack]
+//! algorithm = "best_fit"        # wrap | first_fit | best_fit
+//! seq_len = 2048
+//! pad_id = 50256
+//!
+//! [shuffle]
+//! buffer = 64
+//!
+//! [run]
+//! threads = 2
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use zephon_core::{ExecOptions, Topology};
+
+use crate::error::{Error, Result};
+
+mod lower;
+mod sections;
+
+pub use sections::*;
+
+/// A parsed spec file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// The run's seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// L, the number of lanes (fixed for the life of a run).
+    pub lanes: u32,
+    /// G, rows per global step.
+    pub rows_per_step: u32,
+    /// The datasets.
+    #[serde(rename = "dataset")]
+    pub datasets: Vec<DatasetSpec>,
+    /// The work source.
+    #[serde(default)]
+    pub source: SourceSpec,
+    /// Token estimation sampling.
+    #[serde(default)]
+    pub estimate: Option<EstimateSpec>,
+    /// Tokenization.
+    pub tokenize: Option<TokenizeSpec>,
+    /// Token ids stored with the data instead of text (tokenized offline).
+    pub pretokenized: Option<PreTokenizedSpec>,
+    /// The token-share scheduler.
+    pub ensure_mixture: Option<EnsureSpec>,
+    /// Images (feature `vision`).
+    pub images: Option<ImagesSpec>,
+    /// Packing.
+    pub pack: Option<PackSpec>,
+    /// The shuffle buffer.
+    pub shuffle: Option<ShuffleSpec>,
+    /// Execution and policies.
+    #[serde(default)]
+    pub run: RunSection,
+    /// The directory relative paths are resolved against (the spec file's).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// What the spec is called in errors (its file).
+    #[serde(skip)]
+    pub file: String,
+}
+
+impl Spec {
+    /// Reads and parses a spec file.
+    pub fn from_file(path: &Path) -> Result<Spec> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Spec { path: path.display().to_string(), message: e.to_string() })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Spec::parse(&text, &path.display().to_string(), &base)
+    }
+
+    /// Settings that are valid but combine to change data in a way a user may not expect,
+    /// each as a sentence naming the settings and what to do instead: printed before a run
+    /// starts, so that the loss is known before it is paid.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(e) = &self.ensure_mixture
+            && (e.hold.is_some() || e.hold_total.is_some())
+        {
+            out.push(
+                "[ensure_mixture] hold caps the documents held per lane: past it the oldest is dropped, leaving a \
+                 hole in its document (the drops are reported per dataset at the end). Without it nothing is \
+                 dropped and each lane's closed loop keeps what is held to about a chunk and a document."
+                    .to_string(),
+            );
+        }
+        out
+    }
+
+    /// Parses spec text; `name` labels errors and `base_dir` anchors relative paths.
+    pub fn parse(text: &str, name: &str, base_dir: &Path) -> Result<Spec> {
+        let spec: Spec =
+            toml::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
+        spec.checked(name, base_dir)
+    }
+
+    /// Parses the same keys given as JSON (what a program that holds the spec as a dictionary
+    /// has at hand, the Python binding among them); `name` labels errors and `base_dir`
+    /// anchors relative paths.
+    pub fn from_json(text: &str, name: &str, base_dir: &Path) -> Result<Spec> {
+        let spec: Spec =
+            serde_json::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
+        spec.checked(name, base_dir)
+    }
+
+    fn checked(mut self, name: &str, base_dir: &Path) -> Result<Spec> {
+        self.base_dir = base_dir.to_path_buf();
+        self.file = name.to_string();
+        self.check().map_err(|m| Error::Spec { path: name.to_string(), message: m })?;
+        Ok(self)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.datasets.is_empty() {
+            return Err("at least one [[dataset]] is needed".into());
+        }
+        for d in &self.datasets {
+            match (d.share, d.weight) {
+                (Some(_), Some(_)) => return Err(format!("dataset {}: give `share` or `weight`, not both", d.name)),
+                (None, None) => {
+                    return Err(format!("dataset {}: give a `share` (of tokens) or a `weight` (on samples)", d.name));
+                }
+                _ => {}
+            }
+        }
+        if self.datasets.iter().any(|d| d.share.is_some()) != self.datasets.iter().all(|d| d.share.is_some()) {
+            return Err("give every dataset a `share`, or every dataset a `weight`".into());
+        }
+        if let Some(p) = &self.pack
+            && p.seq_len == 0
+        {
+            return Err("[pack] seq_len must be at least 1".into());
+        }
+        if self.pretokenized.is_some() {
+            if self.tokenize.is_some() || self.images.is_some() {
+                return Err("[pretokenized] reads stored token ids: it goes without [tokenize] and [images]".into());
+            }
+            if let Some(d) = self.datasets.iter().find(|d| d.text_field.is_some()) {
+                return Err(format!("dataset {}: `text_field` with [pretokenized], which reads no text", d.name));
+            }
+        }
+        if let Some(s) = &self.shuffle {
+            s.per_lane(self.lanes)?;
+        }
+        if let Some(p) = &self.pack {
+            p.bins_per_lane(self.lanes)?;
+        }
+        if let Some(e) = &self.ensure_mixture {
+            e.hold_per_lane(self.lanes)?;
+        }
+        if self.images.is_none() {
+            if let Some(d) = self.datasets.iter().find(|d| d.images.is_some()) {
+                return Err(format!("dataset {}: `images` needs an [images] table to decode them", d.name));
+            }
+            if let Some(t) = &self.tokenize {
+                let set = [
+                    ("image_marker", &t.image_marker),
+                    ("image_token", &t.image_token),
+                    ("image_start", &t.image_start),
+                    ("image_end", &t.image_end),
+                ];
+                if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
+                    return Err(format!("[tokenize] {key} places images, and there is no [images] table"));
+                }
+            }
+        }
+        if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
+            return Err("[tokenize] max_tokens must be at least 1".into());
+        }
+        Topology::single(self.lanes, self.rows_per_step).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The topology for `world_size` and `rank`.
+    pub fn topology(&self, world_size: u32, rank: u32) -> Result<Topology> {
+        Ok(Topology::new(self.lanes, self.rows_per_step, world_size, rank)?)
+    }
+
+    /// Expands `~` and resolves a relative path against the spec's folder.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let expanded = match path.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(rest),
+            None => PathBuf::from(path),
+        };
+        if expanded.is_absolute() { expanded } else { self.base_dir.join(expanded) }
+    }
+
+    /// Execution settings from `[run]` (threads default to the machine's cores).
+    pub fn exec(&self) -> ExecOptions {
+        let mut e = ExecOptions::default();
+        if let Some(t) = self.run.threads {
+            e.threads = t;
+        }
+        e.prefetch_steps = self.run.prefetch_steps;
+        e.unit_samples = self.run.unit_samples;
+        e
+    }
+}

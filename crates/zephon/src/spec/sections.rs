@@ -1,0 +1,465 @@
+//! The tables of a spec file, one type each: every key is documented here and in
+//! `docs/guide/spec-reference.md` (a test keeps them equal).
+
+use serde::Deserialize;
+use zephon_core::{BadRecords, Tail};
+use zephon_mix::{Balance, Exhaustion};
+
+/// One `[[dataset]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpec {
+    /// Its name (in errors, plans and provenance).
+    pub name: String,
+    /// A shard file or folder.
+    pub path: String,
+    /// Token share.
+    pub share: Option<f64>,
+    /// Sample weight.
+    pub weight: Option<f64>,
+    /// The text field (default `text`).
+    pub text_field: Option<String>,
+    /// Other fields to carry (ids, sources).
+    #[serde(default)]
+    pub extra_fields: Vec<String>,
+    /// Rows larger than this many bytes are bad records.
+    pub max_row_bytes: Option<u64>,
+    /// Whether empty documents are allowed (default: they are bad records).
+    #[serde(default)]
+    pub allow_empty: bool,
+    /// Where images come from: an image column (Parquet), a field of image paths (JSONL), or
+    /// comma-separated member extensions (WebDataset tar, e.g. `"jpg,png"`).
+    pub images: Option<String>,
+}
+
+/// `[source]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceSpec {
+    /// Samples per chunk (default 256).
+    pub chunk_size: Option<u32>,
+    /// Estimated tokens per chunk, instead of `chunk_size` samples.
+    pub chunk_tokens: Option<u64>,
+    /// `sequential`, `shuffled`, `blocks` or `global`.
+    pub order: SourceOrder,
+    /// Rows per block for `order = "blocks"`.
+    pub block_size: u64,
+    /// Visit shards in a random order each pass.
+    pub shuffle_shards: bool,
+    /// `repeat`, `stop` or `redistribute`.
+    pub exhaustion: Exhaustion,
+    /// Passes over each dataset before it is exhausted.
+    pub passes: u64,
+    /// The source's own seed (default: the run's).
+    pub seed: Option<u64>,
+    /// How finite data's end is shared among lanes: `row_tokens` (every row is tokenized
+    /// once, and lanes end together), `row_sizes` (every row's text length is read once) or
+    /// `estimates`. Default: `row_tokens` for a text pipeline over at most 1 GiB of data,
+    /// else `estimates`.
+    pub balance: Option<Balance>,
+}
+
+impl Default for SourceSpec {
+    fn default() -> Self {
+        SourceSpec {
+            chunk_size: None,
+            chunk_tokens: None,
+            order: SourceOrder::Shuffled,
+            block_size: 1000,
+            shuffle_shards: true,
+            exhaustion: Exhaustion::Repeat,
+            passes: 1,
+            seed: None,
+            balance: None,
+        }
+    }
+}
+
+/// `[estimate]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateSpec {
+    /// Rows per dataset whose length is read.
+    pub length_rows: Option<u64>,
+    /// Windows per dataset tokenized.
+    pub token_windows: Option<u64>,
+    /// Bytes per window.
+    pub window_bytes: Option<usize>,
+}
+
+/// `[tokenize]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizeSpec {
+    /// Path of a `tokenizer.json`.
+    pub tokenizer: String,
+    /// Token prepended to each document.
+    pub bos: Option<String>,
+    /// Token appended to each document.
+    pub eos: Option<String>,
+    /// `keep`, `split` or `truncate` (default: at the packer's row length when there is a
+    /// packer, `truncate` if the packer truncates and `split` if not; else `keep`).
+    pub long_documents: Option<TokenizeLongDocuments>,
+    /// Tokens per piece for `split` and `truncate` (default: the packer's row length).
+    pub max_tokens: Option<usize>,
+    /// Where images go in the text (default `<image>`; without markers, images come first).
+    pub image_marker: Option<String>,
+    /// The added token repeated for each image (needed when there is an `[images]` section).
+    pub image_token: Option<String>,
+    /// Tokens around each image's placeholders (e.g. `<|vision_start|>`).
+    pub image_start: Option<String>,
+    /// See `image_start` (e.g. `<|vision_end|>`).
+    pub image_end: Option<String>,
+    /// Whether special tokens written in document text act as control tokens (default: no,
+    /// text is text).
+    #[serde(default)]
+    pub special_tokens_in_text: bool,
+}
+
+/// `[images]`: decode, resize and normalise the images datasets carry (feature `vision`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesSpec {
+    /// `llava` (336 centre crop, ViT patches of 14, 576 tokens) or `qwen2_vl` (dynamic
+    /// resolution, Qwen2-VL patches); the keys below change it.
+    pub preset: Option<ImagePreset>,
+    /// A fixed square side in pixels (with `fit`).
+    pub size: Option<u32>,
+    /// `center_crop`, `pad_to_square` or `stretch`.
+    pub fit: Option<ImageFit>,
+    /// Dynamic resolution instead of a fixed size: `[min_pixels, max_pixels]`.
+    pub dynamic_pixels: Option<[u64; 2]>,
+    /// `bilinear`, `bicubic` or `lanczos3`.
+    pub filter: Option<ImageFilter>,
+    /// `clip`, `imagenet` or `half`.
+    pub normalize: Option<ImageNormalize>,
+    /// `f32`, `bf16` or `f16`.
+    pub dtype: Option<ImageDtype>,
+    /// `vit`, `qwen2_vl` or `chw`.
+    pub layout: Option<ImageLayout>,
+    /// Patch side for `vit`.
+    pub patch: Option<u32>,
+    /// Placeholder tokens per image (default: from the patch grid).
+    pub tokens: Option<u32>,
+    /// Refuse images whose header declares more pixels.
+    pub max_pixels: Option<u64>,
+    /// `zune` or `libjpeg-turbo` (the latter needs the `turbojpeg` build).
+    pub backend: Option<JpegDecoder>,
+    /// Decode at a reduced scale in the DCT domain when the target is at most half the
+    /// source, keeping at least this factor (≥ 1; 2 as Pillow's `thumbnail`) over the target
+    /// before the resize. Faster; the pixels differ slightly from a full decode. Needs
+    /// `backend = "libjpeg-turbo"`.
+    pub reduced_decode: Option<f64>,
+    /// Random resized crop (torchvision's defaults).
+    #[serde(default)]
+    pub random_resized_crop: bool,
+    /// Random horizontal flip with probability 0.5.
+    #[serde(default)]
+    pub random_flip: bool,
+}
+
+/// `[pretokenized]`: every dataset holds token ids (a JSON array or a Parquet `list<int>` per
+/// row), made
+/// the token sequence by `zephon_text::PreTokenized`; instead of `[tokenize]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreTokenizedSpec {
+    /// The field holding the ids (default `input_ids`).
+    pub field: Option<String>,
+    /// An id appended to every document.
+    pub eos: Option<u32>,
+    /// Ids at or over this are bad records (the model's vocabulary size).
+    pub vocab_size: Option<u32>,
+}
+
+/// `[ensure_mixture]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnsureSpec {
+    /// Tokens a dataset may run ahead of its share (default 4096).
+    pub slack_tokens: Option<u64>,
+    /// A cap on the documents held per lane: past it the oldest is dropped (and reported).
+    /// Default: no cap, nothing dropped (each lane's closed loop keeps what is held small).
+    pub hold: Option<usize>,
+    /// The same cap for all lanes together, instead of `hold`: each lane holds this divided
+    /// by the lanes (rounded up).
+    pub hold_total: Option<usize>,
+}
+
+impl EnsureSpec {
+    /// The cap on documents held per lane, if one is set.
+    pub(super) fn hold_per_lane(&self, lanes: u32) -> std::result::Result<Option<usize>, String> {
+        match (self.hold, self.hold_total) {
+            (None, None) => Ok(None),
+            _ => split_across_lanes(("[ensure_mixture]", "hold"), self.hold, self.hold_total, None, lanes).map(Some),
+        }
+    }
+}
+
+/// `[pack]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackSpec {
+    /// `wrap`, `first_fit`, `best_fit`, or `one_per_row` (each document alone in a padded
+    /// row).
+    pub algorithm: PackAlgorithm,
+    /// Tokens per row.
+    pub seq_len: usize,
+    /// Open rows per lane for the fit algorithms (default 64).
+    pub bins: Option<usize>,
+    /// Open rows of all lanes together, instead of `bins`: each lane gets this divided by
+    /// the lanes (rounded up), so the open rows do not multiply with L.
+    pub bins_total: Option<usize>,
+    /// Documents per row at most.
+    pub max_segments: Option<usize>,
+    /// `split` or `truncate`.
+    pub long_documents: Option<PackLongDocuments>,
+    /// What the fit algorithms do with their open rows when finite data ends: `keep_pieces`
+    /// (emit them as they are) or `fill_rows` (lay their pieces out into full rows, as `wrap`
+    /// would). Default `fill_rows` where it matters: finite data (`exhaustion` `stop` or
+    /// `redistribute`) under `[run] tail = "drop"`, where rows left short at the end make
+    /// lanes end rows apart and the drop lose more than a step; `keep_pieces` otherwise.
+    pub end_of_data: Option<PackEndOfData>,
+    /// Fit algorithms: start with one open row per lane, doubling with each row emitted up to
+    /// `bins` (first rows sooner, a little emptier). Default false.
+    #[serde(default)]
+    pub warm_up: bool,
+    /// Padding token id.
+    pub pad_id: Option<u32>,
+    /// Label of positions without a next token (default -100).
+    pub ignore_index: Option<i32>,
+}
+
+impl PackSpec {
+    /// Open rows per lane for the fit algorithms.
+    pub(super) fn bins_per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
+        split_across_lanes(("[pack]", "bins"), self.bins, self.bins_total, Some(64), lanes)
+    }
+}
+
+/// A size given per lane (`key`) or for the whole run (`key_total`, divided by the lanes and
+/// rounded up), one of them; `default` when neither is given (an error where there is none).
+fn split_across_lanes(
+    (section, key): (&str, &str),
+    per_lane: Option<usize>,
+    total: Option<usize>,
+    default: Option<usize>,
+    lanes: u32,
+) -> std::result::Result<usize, String> {
+    match (per_lane, total, default) {
+        (Some(n), None, _) => Ok(n),
+        (None, Some(t), _) => Ok(t.div_ceil(lanes.max(1) as usize)),
+        (None, None, Some(d)) => Ok(d),
+        _ => Err(format!("{section} give `{key}` (per lane) or `{key}_total` (all lanes), one of them")),
+    }
+}
+
+/// `[shuffle]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShuffleSpec {
+    /// Records per lane in the buffer.
+    pub buffer: Option<usize>,
+    /// Records in the buffers of all lanes together, instead of `buffer`: each lane gets
+    /// this divided by the lanes (rounded up), so the run's memory does not grow with L.
+    pub buffer_total: Option<usize>,
+    /// Emit from the start, the buffer growing as records arrive, instead of waiting until
+    /// it is full (with many lanes, most of the time to the first batch).
+    #[serde(default)]
+    pub warm_up: bool,
+}
+
+impl ShuffleSpec {
+    /// Records per lane.
+    pub(super) fn per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
+        split_across_lanes(("[shuffle]", "buffer"), self.buffer, self.buffer_total, None, lanes)
+    }
+}
+
+/// `[run]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSection {
+    /// Worker threads (default: all cores).
+    pub threads: Option<usize>,
+    /// Steps each lane prepares ahead.
+    pub prefetch_steps: u64,
+    /// Samples per unit of work.
+    pub unit_samples: usize,
+    /// `fail` or `skip`.
+    pub bad_records: BadRecords,
+    /// `drop` or `partial`.
+    pub tail: Tail,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        RunSection {
+            threads: None,
+            prefetch_steps: 2,
+            unit_samples: 16,
+            bad_records: BadRecords::Fail,
+            tail: Tail::Drop,
+        }
+    }
+}
+
+/// Declares a spec choice: a unit enum read from its snake_case name, so that a misspelt value
+/// is an error naming the key, its line and the names it may take.
+macro_rules! choice {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vattr:meta])* $variant:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vattr])* $variant),+
+        }
+    };
+}
+
+choice! {
+    /// `[source] order`: the order rows are read in within each dataset.
+    SourceOrder {
+        /// Shard by shard, row by row.
+        Sequential,
+        /// Rows shuffled within each shard (the default).
+        Shuffled,
+        /// Blocks of `block_size` rows, shuffled.
+        Blocks,
+        /// One permutation over every row of the dataset.
+        Global,
+    }
+}
+
+impl Default for SourceOrder {
+    fn default() -> Self {
+        SourceOrder::Shuffled
+    }
+}
+
+choice! {
+    /// `[tokenize] long_documents`.
+    TokenizeLongDocuments {
+        /// Keep documents whole.
+        Keep,
+        /// Cut them into pieces of `max_tokens`.
+        Split,
+        /// Keep the first `max_tokens`.
+        Truncate,
+    }
+}
+
+choice! {
+    /// `[pack] algorithm`.
+    PackAlgorithm {
+        /// Concatenate and cut at row boundaries.
+        Wrap,
+        /// The oldest open row with room.
+        FirstFit,
+        /// The fullest open row with room.
+        BestFit,
+        /// Each document alone in a padded row.
+        OnePerRow,
+    }
+}
+
+choice! {
+    /// `[pack] long_documents`.
+    PackLongDocuments {
+        /// Cut a document longer than a row into pieces.
+        Split,
+        /// Keep its first `seq_len` tokens.
+        Truncate,
+    }
+}
+
+choice! {
+    /// `[pack] end_of_data`.
+    PackEndOfData {
+        /// Emit the open rows as they are.
+        KeepPieces,
+        /// Lay their pieces out into full rows.
+        FillRows,
+    }
+}
+
+choice! {
+    /// `[images] preset`.
+    ImagePreset {
+        /// 336 px centre crop, ViT patches of 14, 576 tokens.
+        Llava,
+        /// Dynamic resolution, Qwen2-VL patches.
+        Qwen2Vl,
+    }
+}
+
+choice! {
+    /// `[images] fit`.
+    ImageFit {
+        /// Resize the short side, crop the centre.
+        CenterCrop,
+        /// Pad to a square with the mean colour, then resize.
+        PadToSquare,
+        /// Resize to the square, ignoring the aspect ratio.
+        Stretch,
+    }
+}
+
+choice! {
+    /// `[images] filter`.
+    ImageFilter {
+        /// Bilinear.
+        Bilinear,
+        /// Bicubic (Catmull-Rom).
+        Bicubic,
+        /// Lanczos, three lobes.
+        Lanczos3,
+    }
+}
+
+choice! {
+    /// `[images] normalize`.
+    ImageNormalize {
+        /// OpenAI CLIP's mean and std.
+        Clip,
+        /// ImageNet's mean and std.
+        Imagenet,
+        /// Mean and std 0.5.
+        Half,
+    }
+}
+
+choice! {
+    /// `[images] dtype`.
+    ImageDtype {
+        /// IEEE binary32.
+        F32,
+        /// bfloat16.
+        Bf16,
+        /// IEEE binary16.
+        F16,
+    }
+}
+
+choice! {
+    /// `[images] layout`.
+    ImageLayout {
+        /// ViT patches (`patch` sets their side).
+        Vit,
+        /// Qwen2-VL's patch layout.
+        Qwen2Vl,
+        /// The whole image, channel first.
+        Chw,
+    }
+}
+
+choice! {
+    /// `[images] backend`: the JPEG decoder.
+    JpegDecoder {
+        /// zune-jpeg (pure Rust, the default).
+        Zune,
+        /// libjpeg-turbo (the `turbojpeg` build).
+        #[serde(rename = "libjpeg-turbo")]
+        LibjpegTurbo,
+    }
+}
