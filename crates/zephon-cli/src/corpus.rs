@@ -154,12 +154,7 @@ fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), String> {
 /// The demo's data folder: `a/` (notes), `b/` (essays), `tokenizer.json` (with an `<image>`
 /// token), `vlm/` (images and captions).
 pub fn ensure_demo_data() -> Result<PathBuf, String> {
-    let base = std::env::var_os("ZEPHON_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("zephon")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/zephon")))
-        .unwrap_or_else(|| std::env::temp_dir().join("zephon"));
-    let dir = base.join("demo-v3");
+    let dir = zephon::lane_core::disk::cache_dir().join("demo-v3");
     write_corpus(&dir.join("a"), "notes", 24_000, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
     write_corpus(&dir.join("b"), "essays", 600, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
     train_tokenizer(&dir.join("tokenizer.json"), 4096)?;

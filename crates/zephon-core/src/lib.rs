@@ -49,6 +49,7 @@
 
 mod batch;
 pub mod checkpoint;
+pub mod disk;
 mod engine;
 mod error;
 mod hash_log;

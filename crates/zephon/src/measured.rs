@@ -10,13 +10,7 @@ use crate::error::Result;
 
 /// `ZEPHON_CACHE`, else `$XDG_CACHE_HOME/zephon`, else `~/.cache/zephon`; `estimates/` in it.
 fn dir() -> PathBuf {
-    let base = std::env::var_os("ZEPHON_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(|c| PathBuf::from(c).join("zephon"))
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/zephon")))
-            .unwrap_or_else(std::env::temp_dir)
-    });
-    base.join("estimates")
+    zephon_core::disk::cache_dir().join("estimates")
 }
 
 /// What the cache file `name` holds (`decode` refuses what it cannot trust), or else the
@@ -54,8 +48,8 @@ fn once_in<T>(
         return Ok(t);
     }
     let t = measure()?;
-    let tmp = dir.join(format!("{name}.tmp.{}.{:?}", std::process::id(), std::thread::current().id()));
-    let _ = std::fs::write(&tmp, encode(&t)).and_then(|_| std::fs::rename(&tmp, &path));
+    let bytes = encode(&t);
+    let _ = zephon_core::disk::write_atomic(&path, |f| std::io::Write::write_all(f, &bytes));
     Ok(t)
 }
 

@@ -68,42 +68,9 @@ pub fn write(
     let json = serde_json::to_vec(&body).map_err(|e| cannot(e.to_string()))?;
     let bytes = seal::seal(MAGIC, &seal::join(&json, &lineage));
 
-    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    remove_stale_temporaries(dir);
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let write_tmp = || -> std::io::Result<()> {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()
-    };
-    write_tmp().map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io(&tmp, e)
-    })?;
-    fs::rename(&tmp, &path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io(&path, e)
-    })?;
-    // Make the rename itself durable: a checkpoint reported written must survive a crash.
-    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, e))?;
+    crate::disk::remove_stale_temporaries(std::slice::from_ref(&dir.to_path_buf()));
+    crate::disk::write_atomic(&path, |f| f.write_all(&bytes)).map_err(|e| Error::io(&path, e))?;
     Ok(path)
-}
-
-/// Removes temporaries (`.NAME.tmp.PID`) that a killed writer left in `dir`: those whose
-/// process no longer runs. Best effort: a file that cannot be removed only costs disk.
-fn remove_stale_temporaries(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name.strip_prefix('.').and_then(|n| n.rsplit_once(&format!(".{EXTENSION}.tmp."))).map(|(_, p)| p);
-        let running = |pid: &str| pid == std::process::id().to_string() || Path::new("/proc").join(pid).exists();
-        if let Some(pid) = pid
-            && pid.parse::<u32>().is_ok()
-            && !running(pid)
-        {
-            let _ = fs::remove_file(e.path());
-        }
-    }
 }
 
 /// A checkpoint to resume from, found under a root of `step-*` folders.
