@@ -14,7 +14,7 @@ use crate::tensors::Tensors;
 /// The packed-text column names, as `zephon-pack` writes them ([`Sink::new`] gives several
 /// of them model dtypes).
 pub mod columns {
-    pub use zephon_pack::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, POSITIONS, SEGMENT_IDS};
+    pub use zephon_core::columns::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, POSITIONS, SEGMENT_IDS};
 }
 
 /// How the `cu_seqlens` column becomes a tensor.

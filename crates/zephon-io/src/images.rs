@@ -13,12 +13,12 @@ use zephon_core::{Attachment, Buffer, Field, OpError, Record, Value};
 use crate::shard::open_regular;
 
 /// The attachment kind images are read as.
-pub const IMAGE_KIND: &str = "image";
+pub const IMAGE_KIND: &str = zephon_core::columns::IMAGE;
 /// The attachment value holding an image's encoded bytes ([`Value::Bytes`]).
-pub const IMAGE_BYTES: &str = "bytes";
+pub const IMAGE_BYTES: &str = zephon_core::columns::IMAGE_BYTES;
 /// The attachment value saying where an image came from ([`Value::Str`]): a Parquet `path`,
 /// a JSONL path as written, a tar member name.
-pub const IMAGE_SOURCE: &str = "source";
+pub const IMAGE_SOURCE: &str = zephon_core::columns::IMAGE_SOURCE;
 
 /// One image of a row: its encoded bytes and where it came from.
 pub(crate) struct Image {

@@ -45,6 +45,7 @@
 mod array;
 mod assembly;
 mod buffer;
+pub mod columns;
 mod digest;
 mod encoding;
 mod error;

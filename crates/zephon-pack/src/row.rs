@@ -10,29 +10,9 @@ use crate::config::PackConfig;
 use crate::doc::{Piece, read_piece};
 use crate::error::PackError;
 
-/// Row field: token ids, `U32[T]`, padded with `pad_id`.
-pub const INPUT_IDS: &str = "input_ids";
-/// Row field: next-token targets, `I32[T]`; `ignore_index` at the last token of each segment
-/// and on padding.
-pub const LABELS: &str = "labels";
-/// Row field: position within the segment, `I32[T]`, restarting at 0 at each segment; 0 on
-/// padding.
-pub const POSITIONS: &str = "positions";
-/// Row field: segment number, `I32[T]`, 1..=k for the k segments, 0 on padding.
-pub const SEGMENT_IDS: &str = "segment_ids";
-/// Row field: flash-attn varlen cumulative sequence lengths, `I32[S + 2]`: 0, the end of each
-/// segment, T when there is padding (the padding is one more sequence), then T repeated.
-pub const CU_SEQLENS: &str = "cu_seqlens";
-/// Row field: the longest sequence among the segments and the padding run, `Int`.
-pub const MAX_SEQLEN: &str = "max_seqlen";
-/// Row field: 1 where the label is a real target, `U8[T]`.
-pub const LOSS_MASK: &str = "loss_mask";
-/// Row field: non-padding tokens, `Int`.
-pub const NUM_TOKENS: &str = "num_tokens";
-
-/// Attachment value: the 1-based segment of the row the attachment belongs to, set when a
-/// piece enters a row.
-pub const SEGMENT: &str = "segment";
+pub use zephon_operator::columns::{
+    CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS,
+};
 
 /// A row being filled: its segments' fragments, their tokens concatenated, and their
 /// attachments moved to row positions.

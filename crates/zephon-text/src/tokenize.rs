@@ -299,7 +299,7 @@ impl Tokenize {
         let mut ids: Vec<u32> = Vec::with_capacity(text.len() / 3 + 16);
         let offset = bos as u32;
         let place = |ids: &mut Vec<u32>, a: Attachment| -> Result<Attachment, String> {
-            let n = match a.get("image_tokens") {
+            let n = match a.get(zephon_operator::columns::IMAGE_TOKENS) {
                 Some(Value::Int(n)) if *n > 0 => *n as usize,
                 _ => {
                     return Err(format!(

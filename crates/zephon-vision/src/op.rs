@@ -18,16 +18,9 @@ use crate::normalize::{Dtype, Element, Normalize};
 use crate::patch::{Patches, QwenPatching, qwen2_vl_patches, vit_patches};
 use crate::resize::{ReducingGap, ResizeSpec, decode_resized};
 
-/// Attachment value: the encoded image, as a reader yields it (removed once decoded).
-pub const BYTES: &str = "bytes";
-/// Attachment value: where the image came from (member, path), for provenance.
-pub const SOURCE: &str = "source";
-/// Attachment value: the pixels, `[num_patches, 3·p·p]` (or `[3, H, W]`), f32 / bf16 / f16.
-pub const PIXEL_VALUES: &str = "pixel_values";
-/// Attachment value: the patch grid `(t, h, w)` as `i64[3]` (Qwen2-VL's `image_grid_thw`).
-pub const IMAGE_GRID_THW: &str = "image_grid_thw";
-/// Attachment value: how many placeholder tokens stand for the image in the text.
-pub const IMAGE_TOKENS: &str = "image_tokens";
+pub use zephon_operator::columns::{
+    IMAGE_BYTES as BYTES, IMAGE_GRID_THW, IMAGE_SOURCE as SOURCE, IMAGE_TOKENS, PIXEL_VALUES,
+};
 
 /// How pixels are laid out in `pixel_values`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
