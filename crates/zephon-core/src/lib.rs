@@ -53,7 +53,7 @@ pub mod disk;
 mod engine;
 mod error;
 mod hash_log;
-mod operators;
+mod plan;
 mod source;
 mod step;
 pub mod testing;
@@ -66,7 +66,7 @@ pub use checkpoint::{
 pub use engine::{BadRecords, Engine, ExecOptions, Held, RunSpec, StageTime, Tail};
 pub use error::{Error, Result};
 pub use hash_log::{HashLog, HashLogLine};
-pub use operators::Operators;
+pub use plan::Operators;
 pub use source::{
     Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, Steering, WorkSource,
     deal_chunk,

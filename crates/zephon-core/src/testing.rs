@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use crate::engine::{BadRecords, Engine, ExecOptions, RunSpec, Tail};
 use crate::error::OpError;
-use crate::operators::Operators;
+use crate::plan::Operators;
 use crate::source::{Datasets, SequentialSource};
 use crate::step::step_fingerprint;
 use crate::topology::Topology;

@@ -38,7 +38,7 @@ mod merge_table;
 mod piece_cache;
 mod pretok;
 mod pretokenized;
-mod reference;
+mod checked_encoder;
 mod split;
 #[cfg(test)]
 mod test_texts;

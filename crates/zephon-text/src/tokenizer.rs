@@ -9,7 +9,7 @@ use tokenizers::PaddingStrategy;
 
 use crate::added::Added;
 use crate::bpe::ByteLevelBpe;
-use crate::reference::Reference;
+use crate::checked_encoder::CheckedEncoder;
 
 /// The engine's description when the fast path encodes with GPT-2's pre-tokenizer.
 const FAST_ENGINE: &str = "byte-level BPE, exact fast path";
@@ -74,7 +74,7 @@ pub struct Tokenizer {
     /// The `tokenizers` tokenizer, without truncation or padding, with
     /// `encode_special_tokens` set to the opposite of `special_in_text`.
     inner: Arc<tokenizers::Tokenizer>,
-    reference: Arc<Reference>,
+    reference: Arc<CheckedEncoder>,
     fast: Option<Arc<ByteLevelBpe>>,
     engine: String,
     notes: Arc<[String]>,
@@ -188,7 +188,7 @@ impl Tokenizer {
         }
         inner.with_truncation(None).map_err(|e| Error::Parse { path: source.to_string(), message: e.to_string() })?;
         inner.with_padding(None);
-        let reference = Reference::new(json).map_err(|message| Error::Parse { path: source.to_string(), message })?;
+        let reference = CheckedEncoder::new(json).map_err(|message| Error::Parse { path: source.to_string(), message })?;
 
         let added: Vec<Added> = inner
             .get_added_tokens_decoder()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::checkpoint::{Cursor, LaneState, Skips, SteerState, TailDropped};
 use crate::error::{Error, OpError, record_error};
-use crate::operators::{Plan, apply_chain};
+use crate::plan::{Plan, apply_chain};
 use crate::source::{Chunk, WorkSource};
 use crate::step::{LaneDigest, LaneStep, lane_digest};
 use zephon_operator::{Accumulator, AccumulatorState, Lane, Lineage, Record, Step};
@@ -747,7 +747,7 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
-    use crate::operators::Operators;
+    use crate::plan::Operators;
     use zephon_operator::{Fragment, SampleId, Span, Value};
 
     fn lane() -> LaneRun {

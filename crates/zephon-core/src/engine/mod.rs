@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 
 use crate::checkpoint::{self, LaneState, LaneStreams, Loaded, RunFingerprint, Skips, SplitCheckpoint};
 use crate::error::{Error, Result};
-use crate::operators::Plan;
+use crate::plan::Plan;
 use crate::source::WorkSource;
 use crate::step::{LaneDigest, LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;

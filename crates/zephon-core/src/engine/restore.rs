@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::checkpoint::LaneState;
 use crate::error::{Error, OpError, Result};
-use crate::operators::{Plan, apply_chain, apply_chain_prefix, take_covering};
+use crate::plan::{Plan, apply_chain, apply_chain_prefix, take_covering};
 use crate::source::Datasets;
 use zephon_operator::{Accumulator, Extent, Lineage, RebuildInput, Record, SampleId};
 

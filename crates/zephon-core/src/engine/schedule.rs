@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::checkpoint::Cursor;
 use crate::error::Error;
-use crate::operators::Plan;
+use crate::plan::Plan;
 use crate::source::{Chunk, Datasets, WorkSource};
 use crate::step::LaneStep;
 use crate::topology::Topology;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::checkpoint::{self, DatasetPrint, OperatorPrint, RunFingerprint};
 use crate::error::{Error, Result};
-use crate::operators::Operators;
+use crate::plan::Operators;
 use crate::source::{Datasets, WorkSource};
 use crate::topology::Topology;
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::operators::Plan;
+use crate::plan::Plan;
 
 /// CPU time spent in one part of the pipeline, summed over threads (this rank).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

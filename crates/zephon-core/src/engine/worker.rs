@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, OpError, record_error};
-use crate::operators::{apply_chain, apply_chain_timed};
+use crate::plan::{apply_chain, apply_chain_timed};
 
 use super::lane::UnitOutput;
 use super::schedule::{Shared, Unit, UnitKind, lock};

@@ -115,7 +115,7 @@ enum NormStep {
 }
 
 /// The encoder: the pre-tokenizer and normalizer of a `tokenizer.json` as checked steps.
-pub(crate) struct Reference {
+pub(crate) struct CheckedEncoder {
     normalizer: Option<Vec<NormStep>>,
     pre: Vec<PreStep>,
 }
@@ -192,9 +192,9 @@ impl Normalizer for Normalize<'_> {
     }
 }
 
-impl Reference {
+impl CheckedEncoder {
     /// The steps of a `tokenizer.json`.
-    pub(crate) fn new(json: &Json) -> Result<Reference, String> {
+    pub(crate) fn new(json: &Json) -> Result<CheckedEncoder, String> {
         let normalizer = match &json["normalizer"] {
             Json::Null => None,
             node => {
@@ -207,7 +207,7 @@ impl Reference {
         if !json["pre_tokenizer"].is_null() {
             flatten_pre(&json["pre_tokenizer"], &mut pre)?;
         }
-        Ok(Reference { normalizer, pre })
+        Ok(CheckedEncoder { normalizer, pre })
     }
 
     /// Token ids of `text`, no special tokens added, as `tokenizer.encode_fast(text, false)`.
