@@ -34,11 +34,11 @@
 
 mod added;
 mod bpe;
+mod checked_encoder;
 mod merge_table;
 mod piece_cache;
 mod pretok;
 mod pretokenized;
-mod checked_encoder;
 mod split;
 #[cfg(test)]
 mod test_texts;

@@ -188,7 +188,8 @@ impl Tokenizer {
         }
         inner.with_truncation(None).map_err(|e| Error::Parse { path: source.to_string(), message: e.to_string() })?;
         inner.with_padding(None);
-        let reference = CheckedEncoder::new(json).map_err(|message| Error::Parse { path: source.to_string(), message })?;
+        let reference =
+            CheckedEncoder::new(json).map_err(|message| Error::Parse { path: source.to_string(), message })?;
 
         let added: Vec<Added> = inner
             .get_added_tokens_decoder()

@@ -9,61 +9,18 @@ use std::sync::Arc;
 use crate::checkpoint::{Cursor, LaneState, Skips, SteerState, TailDropped};
 use crate::error::{Error, OpError, record_error};
 use crate::plan::{Plan, apply_chain};
-use crate::source::{Chunk, WorkSource};
+use crate::source::WorkSource;
 use crate::step::{LaneDigest, LaneStep, lane_digest};
-use zephon_operator::{Accumulator, AccumulatorState, Lane, Lineage, Record, Step};
+use zephon_operator::{Accumulator, Lane, Record, Step};
 
-use super::settings::Tail;
+use crate::engine::settings::Tail;
 
-/// A lane's state right after one step, as a checkpoint saves it.
-///
-/// Snapshots taken at one input boundary share one core (accumulator states, the lineage of
-/// every row not yet delivered) and differ only in where their pending rows start: a document
-/// that fills thousands of steps at once costs memory in proportion to its rows, not to their
-/// square.
-#[derive(Clone, Debug)]
-pub(crate) struct Snapshot {
-    core: Arc<SnapshotCore>,
-    pending_from: usize,
-}
+mod snapshot;
+mod steer;
 
-#[derive(Debug)]
-struct SnapshotCore {
-    lane: Lane,
-    cursor: Cursor,
-    input_progress: u64,
-    rows_emitted: u64,
-    skips: Skips,
-    finished: bool,
-    tail_dropped: TailDropped,
-    steer: Option<SteerState>,
-    accumulators: Vec<AccumulatorState>,
-    pending: Vec<Lineage>,
-}
-
-impl Snapshot {
-    /// The state a checkpoint holds.
-    pub fn state(&self) -> LaneState {
-        let c = &*self.core;
-        LaneState {
-            lane: c.lane,
-            cursor: c.cursor,
-            input_progress: c.input_progress,
-            rows_emitted: c.rows_emitted,
-            skips: c.skips.clone(),
-            finished: c.finished,
-            tail_dropped: c.tail_dropped.clone(),
-            steer: c.steer.clone(),
-            accumulators: c.accumulators.clone(),
-            pending: c.pending.get(self.pending_from..).unwrap_or_default().to_vec(),
-        }
-    }
-
-    /// Records skipped so far under the skip policy, by dataset.
-    pub fn skips(&self) -> &Skips {
-        &self.core.skips
-    }
-}
+pub(crate) use snapshot::Snapshot;
+use steer::LaneSteer;
+pub(crate) use steer::SteeredChunk;
 
 /// What a worker produced for one unit of a lane's input, before ordering.
 pub(crate) enum UnitOutput {
@@ -143,21 +100,6 @@ pub(crate) struct LaneRun {
     /// A steered lane's closed loop (see [`crate::Steering`]); `None` for a position-addressed
     /// source.
     steer: Option<LaneSteer>,
-}
-
-/// A steered lane's closed loop: what it delivered of each dataset, and the chunks it chose
-/// to read next, waiting for the scheduler.
-struct LaneSteer {
-    source: Arc<dyn WorkSource>,
-    lanes: u32,
-    state: SteerState,
-    chosen: Vec<SteeredChunk>,
-}
-
-/// A chunk a steered lane chose to read (from `start` on), or the end of its input.
-pub(crate) enum SteeredChunk {
-    Chunk { chunk: Arc<Chunk>, k: u64, start: u64 },
-    End,
 }
 
 /// A unit whose records are only partly pushed: where it stopped.
@@ -240,85 +182,6 @@ impl LaneRun {
         run
     }
 
-    /// Whether the lane reads its datasets by a closed loop ([`crate::Steering`]).
-    pub fn is_steered(&self) -> bool {
-        self.steer.is_some()
-    }
-
-    /// The chunks a steered lane chose since the last call, for the scheduler.
-    pub fn take_chosen(&mut self) -> Vec<SteeredChunk> {
-        self.steer.as_mut().map_or_else(Vec::new, |s| std::mem::take(&mut s.chosen))
-    }
-
-    /// A steered lane's next chunk: of the dataset the closed loop names, skipping datasets
-    /// the lane has no more of and empty chunks; the end of the input when it names none.
-    fn choose_next(&mut self) {
-        let lane = self.lane;
-        let Some(s) = self.steer.as_mut() else { return };
-        let Some(steering) = s.source.steering() else {
-            self.error = Some(Error::Source { lane, message: "a steered lane's work source does not steer".into() });
-            return;
-        };
-        let st = &mut s.state;
-        loop {
-            let Some(d) = steering.next_dataset(&st.delivered, &st.exhausted) else {
-                st.current = None;
-                s.chosen.push(SteeredChunk::End);
-                return;
-            };
-            let Some(k) = st.chunks.get(d as usize).copied() else {
-                self.error = Some(Error::Source {
-                    lane,
-                    message: format!("the closed loop chose dataset #{d}, which it does not have"),
-                });
-                return;
-            };
-            match steering.dataset_chunk(lane, s.lanes, d, k) {
-                Ok(Some(c)) if c.samples.is_empty() => st.chunks[d as usize] += 1,
-                Ok(Some(c)) => {
-                    st.current = Some(d);
-                    self.cursor = Cursor { chunk: k, offset: 0 };
-                    s.chosen.push(SteeredChunk::Chunk { chunk: Arc::new(c), k, start: 0 });
-                    return;
-                }
-                Ok(None) => {
-                    st.exhausted[d as usize] = true;
-                    for a in &mut self.accs {
-                        a.dataset_ended(d);
-                    }
-                }
-                Err(message) => {
-                    self.error = Some(Error::Source { lane, message });
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A steered lane's chunk at its restored cursor, for the scheduler.
-    fn rechoose_current(&mut self) {
-        let (lane, cursor) = (self.lane, self.cursor);
-        let Some(s) = self.steer.as_mut() else { return };
-        let Some(d) = s.state.current else {
-            s.chosen.push(SteeredChunk::End);
-            return;
-        };
-        let found = s.source.steering().map(|st| st.dataset_chunk(lane, s.lanes, d, cursor.chunk));
-        match found {
-            Some(Ok(Some(c))) => {
-                s.chosen.push(SteeredChunk::Chunk { chunk: Arc::new(c), k: cursor.chunk, start: cursor.offset })
-            }
-            Some(Ok(None)) => {
-                self.error = Some(Error::Source {
-                    lane,
-                    message: format!("the checkpoint's chunk {} of dataset #{d} does not exist", cursor.chunk),
-                })
-            }
-            Some(Err(message)) => self.error = Some(Error::Source { lane, message }),
-            None => self.error = Some(Error::Source { lane, message: "the work source does not steer".into() }),
-        }
-    }
-
     /// Continues a lane from a checkpointed state whose accumulators were already imported,
     /// given its pending rows rebuilt in order.
     pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Result<Self, Error> {
@@ -386,36 +249,6 @@ impl LaneRun {
 
     pub fn is_finished(&self) -> bool {
         self.finished
-    }
-
-    /// The state now, as a checkpoint would hold it: every row not yet handed to the consumer
-    /// is pending (used for the start-of-run snapshot and for ended lanes).
-    pub fn snapshot_now(&self) -> Snapshot {
-        // A lane restored inside an input has not pushed anything past that input's first
-        // `skip_outputs` records yet: that is still its position.
-        self.snapshot_core(0, self.cursor, self.skip_outputs)
-    }
-
-    /// A snapshot at the current input position whose pending rows are those of the queued
-    /// steps from `first` on plus the step being filled.
-    fn snapshot_core(&self, first: usize, cursor: Cursor, input_progress: u64) -> Snapshot {
-        let pending = (self.steps.iter().skip(first).flat_map(|s| &s.rows))
-            .chain(&self.current)
-            .map(|r| r.lineage().clone())
-            .collect();
-        let core = Arc::new(SnapshotCore {
-            lane: self.lane,
-            cursor,
-            input_progress,
-            rows_emitted: self.rows_emitted,
-            skips: self.skips.clone(),
-            finished: self.finished,
-            tail_dropped: self.tail_dropped.clone(),
-            steer: self.steer.as_ref().map(|s| s.state.clone()),
-            accumulators: self.accs.iter().map(|a| a.export()).collect(),
-            pending,
-        });
-        Snapshot { core, pending_from: 0 }
     }
 
     /// Feeds one ordered unit. Errors stop the lane (kept in `self.error`).
@@ -699,198 +532,7 @@ impl LaneRun {
             }
         }
     }
-
-    /// An input boundary: the state is consistent, so steps finalized since the last boundary
-    /// get their snapshots now.
-    fn boundary(&mut self) {
-        self.snapshot_unsnapped(self.cursor, 0);
-    }
-
-    /// Snapshots the steps finalized since the last snapshot, as at input `cursor` with
-    /// `input_progress` of its records already pushed (0 at an input boundary).
-    fn snapshot_unsnapped(&mut self, cursor: Cursor, input_progress: u64) {
-        if self.unsnapped == 0 {
-            return;
-        }
-        let timed = self.times.snapshots_timed.start();
-        self.snapshot_steps(cursor, input_progress);
-        if let Some((t, weight)) = timed {
-            self.times.snapshot += weight * super::timing::since(t);
-        }
-    }
-
-    fn snapshot_steps(&mut self, cursor: Cursor, input_progress: u64) {
-        let first = self.steps.len() - self.unsnapped;
-        self.unsnapped = 0;
-        let (every, at) = (self.snapshot_every, self.snapshot_at);
-        let wanted = |s: &LaneStep| (s.step.0 + 1).is_multiple_of(every) || at == Some(s.step.0 + 1);
-        let Some(lowest) = (first..self.steps.len()).find(|&i| wanted(&self.steps[i])) else { return };
-        // One core for all of them, pending from the first step after the lowest: the rows
-        // pending after step i are those of the steps after it, so each snapshot starts its
-        // pending rows where step i's successors begin. With one row a step (as many lanes
-        // as rows), no step's own rows are ever copied.
-        let base = self.snapshot_core(lowest + 1, cursor, input_progress);
-        let mut pending_from = 0;
-        for i in lowest..self.steps.len() {
-            if i > lowest {
-                pending_from += self.steps[i].rows.len();
-            }
-            if wanted(&self.steps[i]) {
-                self.steps[i].state = Some(Snapshot { core: base.core.clone(), pending_from });
-            }
-        }
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    use super::*;
-    use crate::plan::Operators;
-    use zephon_operator::{Fragment, SampleId, Span, Value};
-
-    fn lane() -> LaneRun {
-        lane_snapshotting_every(1)
-    }
-
-    fn lane_snapshotting_every(every: u64) -> LaneRun {
-        let plan = Arc::new(Plan::new(Operators::new()));
-        LaneRun::new(
-            LaneSetup {
-                lane: Lane(0),
-                plan,
-                accs: Vec::new(),
-                names: vec!["d".to_string()].into(),
-                rows_per_step: 2,
-                tail: Tail::Drop,
-                snapshot_every: every,
-                snapshot_at: None,
-                digests_by_workers: true,
-                bad_limit: vec![1024].into(),
-                steering: None,
-            },
-            0,
-        )
-    }
-
-    /// One input that makes 1,000 rows (a huge document) and a second input.
-    fn big_unit() -> UnitOutput {
-        let sample = SampleId::new(0, 0, 0);
-        let records: Vec<Record> = (0..1001u32)
-            .map(|i| {
-                Record::new(Lineage::single(Fragment::span(sample, Span::at(i, 1).unwrap())))
-                    .with(&"x".into(), Value::Int(i64::from(i)))
-            })
-            .collect();
-        UnitOutput::Samples {
-            chunk: 0,
-            start: 0,
-            chunk_len: 2,
-            records,
-            ends: vec![1000, 1001],
-            inputs: vec![(0, None), (0, None)],
-            failure: None,
-        }
-    }
-
-    #[test]
-    fn each_snapshot_holds_as_pending_exactly_the_rows_after_its_step() {
-        for every in [1, 2, 3, 7] {
-            let mut run = lane_snapshotting_every(every);
-            // The first input makes 1,000 rows of 2 a step: 500 steps finalized at once, all
-            // snapshotted at the boundary after it. The second input's row comes later and
-            // is in none of them.
-            run.accumulate(big_unit(), u64::MAX);
-            assert_eq!((run.steps.len(), run.current.len()), (500, 1));
-            let lineages: Vec<Vec<Lineage>> =
-                run.steps.iter().map(|s| s.rows.iter().map(|r| r.lineage().clone()).collect()).collect();
-            for (i, step) in run.steps.iter().enumerate() {
-                let wanted = (step.step.0 + 1).is_multiple_of(every);
-                assert_eq!(step.state.is_some(), wanted, "step {} with snapshots every {every}", step.step.0);
-                if let Some(snap) = &step.state {
-                    let pending = snap.state().pending;
-                    let after: Vec<Lineage> = lineages[i + 1..].iter().flatten().cloned().collect();
-                    assert!(pending == after, "step {}, snapshots every {every}: wrong pending rows", step.step.0);
-                }
-            }
-        }
-    }
-
-    /// Passes records on; counts the records the next stage emitted.
-    struct Watcher(Arc<AtomicU64>);
-
-    impl Accumulator for Watcher {
-        fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
-            out.push(record);
-            Ok(())
-        }
-        fn export(&self) -> AccumulatorState {
-            AccumulatorState::default()
-        }
-        fn import(&mut self, _: AccumulatorState, _: Vec<Record>) -> Result<(), OpError> {
-            Ok(())
-        }
-        fn watches_next_stage(&self) -> bool {
-            true
-        }
-        fn next_stage_out(&mut self, _: &Record) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Holds records and lets them out three at a time.
-    struct Threes(Vec<Record>);
-
-    impl Accumulator for Threes {
-        fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
-            self.0.push(record);
-            if self.0.len() == 3 {
-                out.append(&mut self.0);
-            }
-            Ok(())
-        }
-        fn export(&self) -> AccumulatorState {
-            AccumulatorState::default()
-        }
-        fn import(&mut self, _: AccumulatorState, _: Vec<Record>) -> Result<(), OpError> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn a_watching_accumulator_sees_what_the_next_stage_emits_and_the_last_one_sees_nothing() {
-        let (first, last) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let mut run = lane();
-        run.accs =
-            vec![Box::new(Watcher(first.clone())), Box::new(Threes(Vec::new())), Box::new(Watcher(last.clone()))];
-        run.watches_next = run.accs.iter().map(|a| a.watches_next_stage()).collect();
-        run.scratch = (0..3).map(|_| Vec::new()).collect();
-        run.accumulate(big_unit(), u64::MAX);
-        let seen = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        assert_eq!(seen(&first), 999, "1,001 records in, 333 threes out; 2 still held");
-        assert_eq!(run.rows_emitted, 999);
-        assert_eq!(seen(&last), 0, "the last stage has no next one");
-    }
-
-    #[test]
-    fn a_lane_pauses_inside_a_huge_input_and_continues_where_it_stopped() {
-        let mut run = lane();
-        run.accumulate(big_unit(), 3);
-        assert!(run.is_paused());
-        assert_eq!(run.progress().steps_made, 3, "stops at the step it may make, not at 500");
-        assert_eq!(run.steps.len(), 3);
-        run.steps.clear();
-        run.continue_paused(10);
-        assert_eq!(run.progress().steps_made, 10);
-        run.continue_paused(u64::MAX);
-        assert!(!run.is_paused());
-        assert_eq!(run.progress().steps_made, 500, "1,001 rows of 2 a step");
-        assert_eq!(run.cursor(), Cursor { chunk: 1, offset: 0 }, "both inputs consumed");
-        // The rows are the same as without a pause.
-        let mut straight = lane();
-        straight.accumulate(big_unit(), u64::MAX);
-        let digests = |r: &LaneRun| r.steps.iter().map(LaneStep::digest).collect::<Vec<_>>();
-        assert_eq!(digests(&run), digests(&straight)[3..]);
-    }
-}
+mod tests;
