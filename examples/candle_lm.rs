@@ -621,34 +621,14 @@ fn plot(path: &Path, curves: &[&[Point]], resume: usize) -> Res<()> {
     write_png(path, W, H, &pixels)
 }
 
-/// A minimal PNG encoder (RGB8, zlib via flate2), so the example needs no image crate.
+/// Writes RGB8 pixels as a PNG (the `png` crate, already built for the image pipeline).
 fn write_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> Res<()> {
-    use std::io::Write as _;
-    let mut raw = Vec::with_capacity(rgb.len() + h as usize);
-    for row in rgb.chunks(w as usize * 3) {
-        raw.push(0); // filter: none
-        raw.extend_from_slice(row);
-    }
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-    z.write_all(&raw)?;
-    let idat = z.finish()?;
-    let mut ihdr = Vec::new();
-    ihdr.extend_from_slice(&w.to_be_bytes());
-    ihdr.extend_from_slice(&h.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB, deflate, no filter set, no interlace
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    for (kind, data) in [(&b"IHDR"[..], &ihdr[..]), (b"IDAT", &idat), (b"IEND", &[])] {
-        png.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        png.extend_from_slice(kind);
-        png.extend_from_slice(data);
-        let mut crc = flate2::Crc::new();
-        crc.update(kind);
-        crc.update(data);
-        png.extend_from_slice(&crc.sum().to_be_bytes());
-    }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(path, png)?;
+    let mut encoder = png::Encoder::new(std::io::BufWriter::new(std::fs::File::create(path)?), w, h);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    encoder.write_header()?.write_image_data(rgb)?;
     Ok(())
 }
