@@ -16,21 +16,21 @@ use zephon_operator::Lane;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Topology {
     lanes: u32,
-    global_rows: u32,
+    rows_per_step: u32,
     world_size: u32,
     rank: u32,
 }
 
 impl Topology {
     /// Checks and builds a topology.
-    pub fn new(lanes: u32, global_rows: u32, world_size: u32, rank: u32) -> Result<Self> {
+    pub fn new(lanes: u32, rows_per_step: u32, world_size: u32, rank: u32) -> Result<Self> {
         let bad = |m: String| Err(Error::Topology(m));
         if lanes == 0 {
             return bad("the lane count must be at least 1".into());
         }
-        if global_rows == 0 || !global_rows.is_multiple_of(lanes) {
+        if rows_per_step == 0 || !rows_per_step.is_multiple_of(lanes) {
             return bad(format!(
-                "rows per global step ({global_rows}) must be a positive multiple of the lane count ({lanes})"
+                "rows per global step ({rows_per_step}) must be a positive multiple of the lane count ({lanes})"
             ));
         }
         if world_size == 0 || !lanes.is_multiple_of(world_size) {
@@ -39,29 +39,29 @@ impl Topology {
         if rank >= world_size {
             return bad(format!("rank {rank} is not below the world size {world_size}"));
         }
-        Ok(Topology { lanes, global_rows, world_size, rank })
+        Ok(Topology { lanes, rows_per_step, world_size, rank })
     }
 
     /// A one-process topology (rank 0 of 1).
-    pub fn single(lanes: u32, global_rows: u32) -> Result<Self> {
-        Topology::new(lanes, global_rows, 1, 0)
+    pub fn single(lanes: u32, rows_per_step: u32) -> Result<Self> {
+        Topology::new(lanes, rows_per_step, 1, 0)
     }
 
     /// A topology whose rank and world size come from the launcher's environment
     /// (see [`RankEnv::detect`]). When no launcher variable is set the process runs as rank 0
     /// of 1, owning every lane, and says so on stderr: under a launcher this library does not
     /// know, every process would otherwise train on the same batches without a word.
-    pub fn from_env(lanes: u32, global_rows: u32) -> Result<Self> {
+    pub fn from_env(lanes: u32, rows_per_step: u32) -> Result<Self> {
         let env = RankEnv::detect(|k| std::env::var(k).ok())?;
         if env.launcher.is_none() {
             eprintln!("zephon: {}", RankEnv::NONE_SET);
         }
-        Topology::new(lanes, global_rows, env.world_size, env.rank)
+        Topology::new(lanes, rows_per_step, env.world_size, env.rank)
     }
 
     /// The same run at another world size and rank.
     pub fn with_rank(&self, world_size: u32, rank: u32) -> Result<Self> {
-        Topology::new(self.lanes, self.global_rows, world_size, rank)
+        Topology::new(self.lanes, self.rows_per_step, world_size, rank)
     }
 
     /// L, the number of lanes.
@@ -70,13 +70,13 @@ impl Topology {
     }
 
     /// G, rows per global step.
-    pub fn global_rows(&self) -> u32 {
-        self.global_rows
+    pub fn rows_per_step(&self) -> u32 {
+        self.rows_per_step
     }
 
     /// R = G/L, rows each lane gives each step.
     pub fn rows_per_lane(&self) -> u32 {
-        self.global_rows / self.lanes
+        self.rows_per_step / self.lanes
     }
 
     /// W, the number of ranks.
@@ -91,7 +91,7 @@ impl Topology {
 
     /// Rows of this rank's local step: R times its lane count.
     pub fn local_rows(&self) -> u32 {
-        self.global_rows / self.world_size
+        self.rows_per_step / self.world_size
     }
 
     /// The lanes this rank owns, in order.

@@ -194,7 +194,7 @@ impl Loader {
     /// G, the rows of a global step.
     #[getter]
     fn rows_per_step(&self) -> u32 {
-        self.topology.global_rows()
+        self.topology.rows_per_step()
     }
 
     /// This rank's rows of a step (G / dp_world_size).
@@ -357,7 +357,7 @@ impl Loader {
             self.topology.world_size(),
             self.topology.owned_range(),
             self.topology.lanes(),
-            self.topology.global_rows()
+            self.topology.rows_per_step()
         )
     }
 

@@ -53,7 +53,7 @@ impl Assembled {
             s,
             "topology: {} lanes, {} rows per global step ({} per lane), world size {}, rank {} (lanes {:?})",
             topology.lanes(),
-            topology.global_rows(),
+            topology.rows_per_step(),
             topology.rows_per_lane(),
             topology.world_size(),
             topology.rank(),

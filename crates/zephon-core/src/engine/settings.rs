@@ -105,7 +105,7 @@ impl RunSpec {
                 .map(|m| DatasetPrint { name: m.name.clone(), digest: m.fingerprint() })
                 .collect(),
             lanes: topology.lanes(),
-            rows_per_step: topology.global_rows(),
+            rows_per_step: topology.rows_per_step(),
             seed: self.seed,
             bad_records: self.bad_records,
             tail: self.tail,
