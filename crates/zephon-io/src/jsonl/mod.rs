@@ -10,7 +10,6 @@
 //! file is read whole when its row is read, on the engine's worker thread.
 
 use std::fs;
-use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -20,23 +19,16 @@ use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, Sh
 
 use crate::fields::Fields;
 use crate::images::{self, Image, ImageHandles, ReadError};
-use crate::shard::{
-    CONTENT_DIR, HashingReader, content_hash, hash_hex, manifest_entry, open_regular, open_shards, write_atomic,
-};
+use crate::shard::{CONTENT_DIR, content_hash, hash_hex, manifest_entry, open_regular, open_shards};
 use crate::{DatasetOptions, Result};
 
+mod index;
 mod row;
 
+pub(crate) use index::Compression;
+use index::{Indexer, decompress, index_file, load_index, save_index};
+
 pub(crate) use row::{ImagePaths, parse_row};
-
-/// The index file's format, changed with what an index means: keyed by the full content hash;
-/// a leading byte-order mark is not part of row 0.
-const INDEX_MAGIC: &str = "ZEPHON-JSONL-INDEX v2";
-
-/// The UTF-8 byte-order mark some Windows tools write at the start of a text file.
-const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
-
-const CHUNK: usize = 1 << 20;
 
 /// Default of [`DatasetOptions::jsonl_held_bytes`].
 const DEFAULT_HELD_BYTES: u64 = 64 << 20;
@@ -82,39 +74,6 @@ fn hold_within(shards: &mut [Shard], budget: u64) -> u64 {
 
 /// The cache folders JSONL datasets write to (under the cache directory).
 const CACHE_DIRS: [&str; 3] = [CONTENT_DIR, "jsonl", "jsonl-index"];
-
-/// How a JSONL shard is compressed, by file name.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Compression {
-    None,
-    Gzip,
-    Zstd,
-}
-
-impl Compression {
-    pub(crate) fn of(path: &Path) -> Option<Compression> {
-        let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
-        if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
-            Some(Compression::None)
-        } else if name.ends_with(".jsonl.gz") || name.ends_with(".ndjson.gz") {
-            Some(Compression::Gzip)
-        } else if name.ends_with(".jsonl.zst") || name.ends_with(".ndjson.zst") {
-            Some(Compression::Zstd)
-        } else {
-            None
-        }
-    }
-
-    /// In cache file names: a plain file whose bytes happen to be some `.gz` file's bytes has
-    /// that file's hash, and its index must not be taken for the decompressed copy's.
-    fn label(self) -> &'static str {
-        match self {
-            Compression::None => "plain",
-            Compression::Gzip => "gz",
-            Compression::Zstd => "zst",
-        }
-    }
-}
 
 struct Shard {
     /// The shard as given (possibly compressed): for messages.
@@ -389,147 +348,6 @@ fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardMan
     Ok((Shard { source: path.to_path_buf(), dir, file: readable, starts, end, held: None }, entry))
 }
 
-/// Decompresses `file` into `target` (atomically), indexing the output on the way. The
-/// compressed bytes are hashed as they are consumed: a copy is kept only if they are the
-/// content `hash` names, so a shard rewritten while it was opened cannot leave a copy of one
-/// version under the name of another.
-fn decompress(file: &fs::File, c: Compression, hash: &str, target: &Path) -> io::Result<(Vec<u64>, u64)> {
-    let mut source = HashingReader::new(file);
-    let mut indexer = Indexer::default();
-    write_atomic(target, |out| {
-        let input = io::BufReader::with_capacity(CHUNK, &mut source);
-        let mut decoder: Box<dyn Read + '_> = match c {
-            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
-            Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(input)?),
-            Compression::None => Box::new(input),
-        };
-        let mut buf = vec![0u8; CHUNK];
-        loop {
-            let n = match decoder.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            indexer.feed(&buf[..n]);
-            out.write_all(&buf[..n])?;
-        }
-        drop(decoder);
-        let (read, _) = source.finish()?;
-        if read != hash {
-            return Err(io::Error::other("the file changed while it was read; open the dataset again"));
-        }
-        Ok(())
-    })?;
-    let end = indexer.offset;
-    Ok((indexer.finish(), end))
-}
-
-/// Indexes `file` with one sequential pass.
-fn index_file(file: &fs::File) -> io::Result<(Vec<u64>, u64)> {
-    let mut indexer = Indexer::default();
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        let n = match file.read_at(&mut buf, indexer.offset) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        indexer.feed(&buf[..n]);
-    }
-    let end = indexer.offset;
-    Ok((indexer.finish(), end))
-}
-
-/// Finds the offsets of the lines that hold something other than whitespace, fed the file's
-/// bytes in order in pieces of any size.
-#[derive(Default)]
-struct Indexer {
-    starts: Vec<u64>,
-    /// Bytes fed so far.
-    offset: u64,
-    line_start: u64,
-    has_content: bool,
-    /// Bytes of a leading byte-order mark matched so far, until `bom_decided`.
-    bom_matched: usize,
-    bom_decided: bool,
-}
-
-impl Indexer {
-    fn feed(&mut self, buf: &[u8]) {
-        let mut pos = 0;
-        while !self.bom_decided && pos < buf.len() {
-            if buf[pos] == BOM[self.bom_matched] {
-                self.bom_matched += 1;
-                pos += 1;
-                if self.bom_matched == BOM.len() {
-                    self.bom_decided = true;
-                    self.line_start = BOM.len() as u64;
-                }
-            } else {
-                self.bom_decided = true;
-                // A partial mark is just bytes of the first line.
-                if self.bom_matched > 0 {
-                    self.has_content = true;
-                    self.starts.push(0);
-                }
-            }
-        }
-        let n = buf.len();
-        while pos < n {
-            let nl = memchr::memchr(b'\n', &buf[pos..n]);
-            let seg_end = nl.map_or(n, |k| pos + k);
-            if !self.has_content && buf[pos..seg_end].iter().any(|b| !b.is_ascii_whitespace()) {
-                self.has_content = true;
-                self.starts.push(self.line_start);
-            }
-            match nl {
-                Some(_) => {
-                    pos = seg_end + 1;
-                    self.line_start = self.offset + pos as u64;
-                    self.has_content = false;
-                }
-                None => pos = n,
-            }
-        }
-        self.offset += n as u64;
-    }
-
-    fn finish(mut self) -> Vec<u64> {
-        if !self.bom_decided && self.bom_matched > 0 && !self.has_content {
-            self.starts.push(0);
-        }
-        self.starts
-    }
-}
-
-fn save_index(path: &Path, key: &str, size: u64, starts: &[u64]) {
-    let mut bytes = format!("{INDEX_MAGIC}\nkey {key} {size}\nrows {}\n", starts.len()).into_bytes();
-    for s in starts {
-        bytes.extend_from_slice(&s.to_le_bytes());
-    }
-    // A cache that cannot be written (read-only disk) only costs a rebuild next time.
-    let _ = write_atomic(path, |f| f.write_all(&bytes));
-}
-
-/// The cached index at `path` when it was built for content `key` of `size` bytes and is
-/// well-formed (offsets rising, inside the file), else `None`.
-fn load_index(path: &Path, key: &str, size: u64) -> Option<Vec<u64>> {
-    let bytes = fs::read(path).ok()?;
-    let header = format!("{INDEX_MAGIC}\nkey {key} {size}\nrows ");
-    let rest = bytes.strip_prefix(header.as_bytes())?;
-    let nl = rest.iter().position(|&b| b == b'\n')?;
-    let rows: usize = std::str::from_utf8(&rest[..nl]).ok()?.parse().ok()?;
-    let body = &rest[nl + 1..];
-    if Some(body.len()) != rows.checked_mul(8) {
-        return None;
-    }
-    let starts: Vec<u64> = body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
-    let rising = starts.windows(2).all(|w| w[0] < w[1]);
-    (rising && starts.last().is_none_or(|&last| last < size)).then_some(starts)
-}
-
 impl std::fmt::Debug for JsonlDataset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JsonlDataset")
@@ -545,6 +363,8 @@ mod tests {
 
     use super::*;
     use crate::fields::Cell;
+    use index::INDEX_MAGIC;
+    use std::io::Write;
 
     #[test]
     fn picks_fields_and_skips_others() {
