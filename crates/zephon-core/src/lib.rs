@@ -63,7 +63,7 @@ pub use batch::{Batch, Column, ColumnData, Ragged, RaggedLayout};
 pub use checkpoint::{
     Cursor, LanePart, LaneState, RunFingerprint, SkipTally, Skips, SplitCheckpoint, SteerState, TailDropped,
 };
-pub use engine::{BadRecords, Engine, ExecOptions, Held, RunSpec, StageTime, Tail};
+pub use engine::{BadRecords, CutOff, Engine, ExecOptions, RunSpec, StageTime, Tail};
 pub use error::{Error, Result};
 pub use hash_log::{HashLog, HashLogLine};
 pub use plan::Operators;

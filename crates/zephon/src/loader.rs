@@ -227,7 +227,7 @@ impl Loader {
                 }
             }
         }
-        for (d, held) in self.engine.cut_off_held() {
+        for (d, held) in self.engine.cut_off_pieces() {
             if let Some(r) = datasets.get_mut(*d as usize) {
                 r.cut_off_pieces += held.pieces;
                 r.cut_off_tokens += held.tokens;

@@ -51,15 +51,15 @@ pub struct Engine {
     metadata: std::collections::BTreeMap<String, String>,
     /// Lanes that still had data when this rank's input ended under `Tail::Drop`.
     cut_off: Vec<Lane>,
-    cut_off_held: BTreeMap<u32, Held>,
+    cut_off_pieces: BTreeMap<u32, CutOff>,
     /// Whether this rank's data has ended (a step returned `None`).
     ended: bool,
 }
 
 /// Pieces of one dataset's documents that lanes cut off at the end of the data still held
-/// (see [`Engine::cut_off_held`]), their tokens, and which documents they are.
+/// (see [`Engine::cut_off_pieces`]), their tokens, and which documents they are.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Held {
+pub struct CutOff {
     /// Fragments of documents: whole short documents, or pieces of split or packed ones.
     pub pieces: u64,
     /// Their positions (tokens).
@@ -252,7 +252,7 @@ impl Engine {
             fingerprint,
             metadata,
             cut_off: Vec::new(),
-            cut_off_held: BTreeMap::new(),
+            cut_off_pieces: BTreeMap::new(),
             ended: false,
         })
     }
@@ -397,7 +397,7 @@ impl Engine {
             }
         }
         if end_of_data && !self.ended && !self.cut_off.is_empty() {
-            self.cut_off_held = held_by(&lanes, &self.cut_off, &*sh.source, sh.topology.lanes());
+            self.cut_off_pieces = held_by(&lanes, &self.cut_off, &*sh.source, sh.topology.lanes());
         }
         self.ended |= end_of_data;
         self.states = lanes.iter().map(|l| l.state.clone()).collect();
@@ -430,9 +430,9 @@ impl Engine {
     /// the step that was not delivered. A document of which some pieces were delivered and
     /// some are counted here came in part. Not counted: input not yet read, and the rest of
     /// a long document a lane paused inside (its pieces are made as the lane goes on); that
-    /// document is listed in [`Held::documents`] all the same.
-    pub fn cut_off_held(&self) -> &BTreeMap<u32, Held> {
-        &self.cut_off_held
+    /// document is listed in [`CutOff::documents`] all the same.
+    pub fn cut_off_pieces(&self) -> &BTreeMap<u32, CutOff> {
+        &self.cut_off_pieces
     }
 
     /// The lanes' sample streams, which checkpoint files use to name buffered samples
@@ -520,8 +520,8 @@ impl Drop for Engine {
 }
 
 /// The pieces the `cut` lanes of `lanes` (the step not delivered) hold, by dataset.
-fn held_by(lanes: &[LaneStep], cut: &[Lane], source: &dyn WorkSource, lane_count: u32) -> BTreeMap<u32, Held> {
-    let mut held: BTreeMap<u32, Held> = BTreeMap::new();
+fn held_by(lanes: &[LaneStep], cut: &[Lane], source: &dyn WorkSource, lane_count: u32) -> BTreeMap<u32, CutOff> {
+    let mut held: BTreeMap<u32, CutOff> = BTreeMap::new();
     for ls in lanes.iter().filter(|l| cut.contains(&l.lane)) {
         let state = ls.state.as_ref().map(Snapshot::state);
         let buffered = state.iter().flat_map(|st| st.accumulators.iter().flat_map(|a| &a.buffered).chain(&st.pending));

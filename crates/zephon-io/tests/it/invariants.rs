@@ -103,9 +103,9 @@ fn delivered(spec: &RunSpec, lanes: u32, (w1, w2): (u32, u32), before: u64) -> (
     let mut second: Vec<Engine> =
         (0..w2).map(|r| Engine::restore(spec.clone(), t(w2, r), opts(2, 8, 2), tmp.path()).unwrap()).collect();
     while take(second.iter_mut().map(|e| e.next_step().unwrap()).collect()) {}
-    let held: u64 = second.iter().flat_map(|e| e.cut_off_held().values()).map(|h| h.tokens).sum();
+    let held: u64 = second.iter().flat_map(|e| e.cut_off_pieces().values()).map(|h| h.tokens).sum();
     let mut documents: std::collections::BTreeSet<SampleId> =
-        second.iter().flat_map(|e| e.cut_off_held().values()).flat_map(|h| h.documents.clone()).collect();
+        second.iter().flat_map(|e| e.cut_off_pieces().values()).flat_map(|h| h.documents.clone()).collect();
     documents.extend(second.iter().flat_map(|e| e.lane_states()).flat_map(|l| l.tail_dropped.documents));
     let tail: u64 =
         second.iter().flat_map(|e| e.lane_states()).flat_map(|l| l.tail_dropped.positions.into_values()).sum();
