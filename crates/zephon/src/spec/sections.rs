@@ -331,12 +331,6 @@ choice! {
     }
 }
 
-impl Default for SourceOrder {
-    fn default() -> Self {
-        SourceOrder::Shuffled
-    }
-}
-
 choice! {
     /// `[tokenize] long_documents`.
     TokenizeLongDocuments {

@@ -68,7 +68,7 @@ fn a_third_party_operator_learns_the_vocabulary_from_the_tokenizer_before_it() {
     }
 
     let e = Pipeline::new(mixture()).then(BelowVocab { bound: None }).build(Topology::single(4, 8).unwrap());
-    let e = e.err().expect("no tokenizer before it").to_string();
+    let e = e.expect_err("no tokenizer before it").to_string();
     assert!(e.contains("below_vocab: below_vocab needs a tokenizer before it"), "{e}");
 }
 
@@ -88,6 +88,6 @@ fn ensure_mixture_measures_past_the_packer_after_it_and_needs_shares() {
         .dataset(Dataset::new("a", zephon_testkit::testdata().join("corpora/a/jsonl")).weight(1.0))
         .chunk_size(16);
     let e = Pipeline::new(weights).tokenize(tokenize()).ensure_mixture(512).pack(pack()).build(topology);
-    let e = e.err().expect("weights are not shares").to_string();
+    let e = e.expect_err("weights are not shares").to_string();
     assert!(e.contains("ensure_mixture needs token shares on the datasets"), "{e}");
 }
