@@ -54,6 +54,7 @@ mod engine;
 mod error;
 mod hash_log;
 mod plan;
+mod plan_node;
 mod source;
 mod step;
 pub mod testing;
@@ -67,6 +68,7 @@ pub use engine::{BadRecords, CutOff, Engine, ExecOptions, RunSpec, StageTime, Ta
 pub use error::{Error, Result};
 pub use hash_log::{HashLog, HashLogLine};
 pub use plan::Operators;
+pub use plan_node::PlanNode;
 pub use source::{
     Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, SequentialSource, ShardManifest, Steering, WorkSource,
     deal_chunk,

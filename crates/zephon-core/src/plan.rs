@@ -1,10 +1,10 @@
 //! Operators in order, and the plan that splits them into the parallel part and
 //! the per-lane stages.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::error::{Error, OpError, Result};
+use crate::plan_node::PlanNode;
 use zephon_operator::{Accumulator, Digest, LaneContext, Lineage, Operator, OperatorKind, Record};
 
 /// Operators in order. Records flow through each operator's stateless part, then its
@@ -48,27 +48,33 @@ impl Operators {
         zephon_operator::Settings::new("operators", 1).set("operators", ops).digest()
     }
 
-    /// The plan as text: which operators run in parallel, which per lane, what each buffers.
-    pub fn explain(&self) -> String {
+    /// The plan as a tree: which operators run in parallel, which per lane, what each does
+    /// and buffers (each operator's [`Operator::describe`]).
+    pub fn plan(&self) -> PlanNode {
         let plan = Plan::new(self.clone());
-        let mut s = String::new();
-        let line = |s: &mut String, where_: &str, op: &Arc<dyn Operator>, part: &str| {
-            let _ = writeln!(s, "  {where_:<22} {:<16} {part:<12} {}", op.name(), op.describe());
-        };
-        let _ = writeln!(s, "  {:<22} {:<16} {:<12} description", "runs", "operator", "part");
-        for op in &plan.parallel {
-            line(&mut s, "parallel (any thread)", op, "stateless");
+        let node = |op: &Arc<dyn Operator>, part: &str| PlanNode::new(op.name(), format!("{part}, {}", op.describe()));
+        let mut root = PlanNode::new("operators", "");
+        if !plan.parallel.is_empty() {
+            root = root.with(
+                PlanNode::new("parallel (any thread)", "")
+                    .with_all(plan.parallel.iter().map(|op| node(op, "stateless"))),
+            );
         }
         for (k, stage) in plan.stages.iter().enumerate() {
-            for op in &stage.pre {
-                line(&mut s, &format!("lane, stage {k}"), op, "stateless");
-            }
-            line(&mut s, &format!("lane, stage {k}"), &stage.op, "accumulator");
+            let ops = stage.pre.iter().map(|op| node(op, "stateless")).chain([node(&stage.op, "accumulator")]);
+            root = root.with(PlanNode::new(format!("lane, stage {k}"), "").with_all(ops));
         }
-        for op in &plan.tail {
-            line(&mut s, "lane, after stages", op, "stateless");
+        if !plan.tail.is_empty() {
+            root = root.with(
+                PlanNode::new("lane, after stages", "").with_all(plan.tail.iter().map(|op| node(op, "stateless"))),
+            );
         }
-        s
+        root
+    }
+
+    /// [`Operators::plan`] as text.
+    pub fn explain(&self) -> String {
+        self.plan().indent()
     }
 }
 

@@ -284,7 +284,7 @@ impl Loader {
 
     /// The plan as text.
     pub fn explain(&self) -> String {
-        self.assembled.describe(self.engine.topology(), &self.exec)
+        self.assembled.plan(self.engine.topology(), &self.exec).indent()
     }
 
     /// The run's fingerprint, part by part.

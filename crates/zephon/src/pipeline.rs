@@ -226,7 +226,7 @@ impl Pipeline {
     /// The plan, without starting anything: datasets, work source, operators (parallel part
     /// and per-lane stages), buffers.
     pub fn explain(&self, topology: &Topology) -> Result<String> {
-        Ok(self.assemble(None, topology.lanes())?.describe(topology, &self.exec))
+        Ok(self.assemble(None, topology.lanes())?.plan(topology, &self.exec).indent())
     }
 
     /// Opens datasets, plans weights (estimating tokens unless `saved` holds estimates) and
@@ -234,16 +234,16 @@ impl Pipeline {
     fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>, lanes: u32) -> Result<Assembled> {
         let m = &self.mixture;
         m.check().map_err(Error::Build)?;
+        let shares = m.token_shares();
         // Assembled first: a pipeline in the wrong order is refused before data is opened or
         // measured.
-        let operators = self.operators(m.token_shares().as_deref())?;
+        let operators = self.operators(shares.as_deref())?;
         let opened = m
             .datasets
             .iter()
             .map(|d| zephon_io::open(&d.name, &d.path, &d.options))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let datasets = Datasets::new(opened);
-        let shares = m.token_shares();
         let mut metadata = std::collections::BTreeMap::new();
         let mut config = m.config;
         config.seed = m.seed.unwrap_or(self.seed);

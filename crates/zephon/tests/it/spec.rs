@@ -12,7 +12,7 @@ fn a_valid_spec_parses_and_explains() {
     assert_eq!((spec.lanes, spec.rows_per_step, spec.seed), (8, 16, 99));
     let text = spec.pipeline().unwrap().explain(&spec.topology(2, 1).unwrap()).unwrap();
     for want in
-        ["datasets:", "[0] a", "[1] b", "tokens/row", "tokenize", "pack", "lanes 4..8", "accumulator", "parallel"]
+        ["  datasets\n", "[0] a", "[1] b", "tokens/row", "tokenize", "pack", "lanes 4..8", "accumulator", "parallel"]
     {
         assert!(text.contains(want), "explain lacks {want:?}:\n{text}");
     }
