@@ -66,12 +66,14 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut fs::File) -> io::Result
     Ok(())
 }
 
-/// `<name>.tmp.<host>.<pid>.<n>`: `host` tells whether `pid` is a process this one can see.
+/// `.<name>.tmp.<space>.<pid>.<n>`: hidden, so that a listing of the folder (a checkpoint's
+/// lanes, a cache) never takes it for a file; `space` tells whether `pid` is a process this one
+/// can see.
 fn temporary_name(path: &Path) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!("{name}.tmp.{}.{}.{n}", process_space(), std::process::id()))
+    path.with_file_name(format!(".{name}.tmp.{}.{}.{n}", process_space(), std::process::id()))
 }
 
 /// Names the process-id space this process lives in: the kernel boot and the pid namespace.
@@ -122,9 +124,10 @@ pub fn remove_stale_temporaries(dirs: &[PathBuf]) {
     }
 }
 
-/// `(space tag, pid)` of a temporary's name, `<target>.tmp.<space>.<pid>.<n>` (see
+/// `(space tag, pid)` of a temporary's name, `.<target>.tmp.<space>.<pid>.<n>` (see
 /// [`temporary_name`]).
 fn parse_temporary(name: &str) -> Option<(&str, u32)> {
+    let name = name.strip_prefix('.')?;
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let parts: Vec<&str> = name.rsplitn(5, '.').collect();
     match parts[..] {
@@ -156,19 +159,20 @@ mod tests {
         let here = process_space();
         let me = std::process::id();
         // A pid above the kernel's maximum (4194304) never runs.
-        let dead = dir.join(format!("k.idx.tmp.{here}.4294967295.0"));
-        let alive = dir.join(format!("k.idx.tmp.{here}.{me}.0"));
-        let elsewhere = dir.join("k.idx.tmp.abcdef012345.4294967295.0");
-        let old_elsewhere = dir.join("j.idx.tmp.abcdef012345.4294967295.1");
+        let dead = dir.join(format!(".k.idx.tmp.{here}.4294967295.0"));
+        let alive = dir.join(format!(".k.idx.tmp.{here}.{me}.0"));
+        let elsewhere = dir.join(".k.idx.tmp.abcdef012345.4294967295.0");
+        let old_elsewhere = dir.join(".j.idx.tmp.abcdef012345.4294967295.1");
         let not_ours = dir.join("notes.tmp.txt");
-        for p in [&dead, &alive, &elsewhere, &old_elsewhere, &not_ours] {
+        let visible = dir.join(format!("k.idx.tmp.{here}.4294967295.0"));
+        for p in [&dead, &alive, &elsewhere, &old_elsewhere, &not_ours, &visible] {
             fs::write(p, b"x").unwrap();
         }
         let two_days = SystemTime::now() - Duration::from_secs(48 * 3600);
         fs::File::options().write(true).open(&old_elsewhere).unwrap().set_modified(two_days).unwrap();
         remove_stale_temporaries(std::slice::from_ref(&dir));
         assert!(!dead.exists() || here == "0");
-        assert!(alive.exists() && elsewhere.exists() && not_ours.exists());
+        assert!(alive.exists() && elsewhere.exists() && not_ours.exists() && visible.exists());
         assert!(!old_elsewhere.exists());
     }
 }

@@ -201,11 +201,11 @@ fn stale_temporaries_are_removed_at_the_next_open() {
     }
     // This host's, for a pid above the kernel's maximum (4194304), which never runs.
     let here = process_space();
-    let dead = cache.join(format!("jsonl/0a1b2c.tmp.{}.4294967295.0", here.as_deref().unwrap_or("0")));
+    let dead = cache.join(format!("jsonl/.0a1b2c.tmp.{}.4294967295.0", here.as_deref().unwrap_or("0")));
     // Another host's, two days old.
-    let old = cache.join("content/0a1b2c.tmp.0123456789ab.17.0");
+    let old = cache.join("content/.0a1b2c.tmp.0123456789ab.17.0");
     // Another host's, fresh: maybe being written right now.
-    let live = cache.join("jsonl-index/0a1b2c.plain.idx.tmp.0123456789ab.17.1");
+    let live = cache.join("jsonl-index/.0a1b2c.plain.idx.tmp.0123456789ab.17.1");
     // Not a temporary of ours at all.
     let other = cache.join("jsonl/notes.tmp.txt");
     for p in [&dead, &old, &live, &other] {
