@@ -35,9 +35,10 @@ use plotters::prelude::*;
 use zephon_candle::{EngineSource, PrefetchOptions, Prefetcher, Sink, Tensors};
 use zephon_core::{
     Accumulator, BadRecords, Batch, Dataset, Datasets, Digest, ExecOptions, Fragment, Lane, LaneContext, Lineage,
-    Operator, Operators, Permutation, Record, RngKey, RunSpec, SampleId, Span, Tail, Topology, Value, step_fingerprint,
+    Operator, Operators, Permutation, Place, Record, RngKey, RunSpec, SampleId, Span, Tail, Topology, Value,
+    step_fingerprint,
 };
-use zephon_pack::{Algorithm, Pack, PackConfig};
+use zephon_pack::{Algorithm, Pack, PackOptions};
 use zephon_text::{LongDocuments, Tokenize, Tokenizer};
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -204,7 +205,11 @@ fn compare_prefetch(setup: &Setup, init: &Params, steps: usize) -> Res<()> {
     let sink = Sink::new(setup.device.clone());
     let (mut with_model, mut inline_model) = (Model::new(init, &setup.device)?, Model::new(init, &setup.device)?);
     let mut feed = Feed::zephon(setup, 1, None)?;
-    let mut source = EngineSource::start(setup.spec.clone(), Topology::single(LANES, setup.rows)?, exec())?;
+    let mut source = EngineSource::start(
+        setup.spec.clone(),
+        Topology::builder().lanes(LANES).rows_per_step(setup.rows).build()?,
+        exec(),
+    )?;
     // The inline path: the trainer's thread waits for the step and builds its tensors.
     let inline = |model: &mut Model, source: &mut EngineSource| -> Res<f64> {
         let t = Instant::now();
@@ -259,7 +264,7 @@ impl Setup {
     fn new(corpus: &Path, tokenizer: Tokenizer, rows: u32, device: Device) -> Res<Setup> {
         let dataset = zephon_io::open("a", corpus, &zephon_io::DatasetOptions::default())?;
         let datasets = Datasets::new(vec![dataset.clone()]);
-        let config = zephon_mix::SourceConfig { seed: SEED, chunk_size: 16, ..Default::default() };
+        let config = zephon_mix::SourceOptions { seed: SEED, chunk_size: 16, ..Default::default() };
         let source = zephon_mix::MixtureSource::new(&datasets.manifests(), &[1.0], config)?;
         let eos = tokenizer.token_id("<|endoftext|>")?;
         let tokenize = Tokenize::new(tokenizer.clone())
@@ -267,7 +272,7 @@ impl Setup {
             .long_documents(LongDocuments::Split { max_tokens: 4 * SEQ })?;
         // Wrap packing: concatenate and cut, the cheapest layout; documents keep their own
         // positions and segment ids, so attention never crosses a document boundary.
-        let pack = Pack::new(PackConfig { pad_id: eos, ..PackConfig::new(Algorithm::Wrap, SEQ) })?;
+        let pack = Pack::new(PackOptions { pad_id: eos, ..PackOptions::new(Algorithm::Wrap, SEQ) })?;
         let spec = RunSpec {
             operators: Operators::new().then(tokenize).then(pack.clone()),
             source: Arc::new(source),
@@ -295,7 +300,11 @@ impl Feed {
     fn zephon(setup: &Setup, w: u32, resume: Option<&Path>) -> Res<Feed> {
         let mut ranks = Vec::new();
         for r in 0..w {
-            let t = Topology::new(LANES, setup.rows, w, r)?;
+            let t = Topology::builder()
+                .lanes(LANES)
+                .rows_per_step(setup.rows)
+                .place(Place { rank: r, world_size: w })
+                .build()?;
             let source = match resume {
                 Some(dir) => EngineSource::restore(setup.spec.clone(), t, exec(), dir)?,
                 None => EngineSource::start(setup.spec.clone(), t, exec())?,

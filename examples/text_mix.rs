@@ -26,11 +26,16 @@ fn main() -> zephon::Result<()> {
     let tokenize = Tokenize::new(Tokenizer::from_file(&tokenizer)?)
         .eos("<|endoftext|>")?
         .long_documents(LongDocuments::Split { max_tokens: 2048 })?;
-    let pack = Pack::new(PackConfig { pad_id: 50256, ..PackConfig::new(Algorithm::BestFit { bins: 32 }, 2048) })?;
-    let pipeline = Pipeline::new(mixture).tokenize(tokenize).ensure_mixture(4096).pack(pack).shuffle(8).seed(1234);
+    let pack = Pack::new(PackOptions { pad_id: 50256, ..PackOptions::new(Algorithm::BestFit { bins: 32 }, 2048) })?;
+    let pipeline = Pipeline::new(mixture)
+        .tokenize(tokenize)
+        .ensure_mixture(EnsureMixture::slack_tokens(4096))
+        .pack(pack)
+        .shuffle(Shuffle::buffer(8)?)
+        .seed(1234);
 
     // 8 lanes, 16 rows of 2048 tokens per global step; this process's rank from the launcher.
-    let topology = Topology::from_env(8, 16)?;
+    let topology = Topology::builder().lanes(8).rows_per_step(16).from_env()?;
     println!("{}", pipeline.explain(&topology)?);
     let mut loader = pipeline.build(topology)?;
     for _ in 0..4 {

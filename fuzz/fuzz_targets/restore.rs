@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     if std::fs::write(dir.path().join("lanes-000000-000003.zck"), zephon_fuzz::file_bytes(&raw)).is_err() {
         return;
     }
-    let Ok(t) = Topology::single(zephon_fuzz::LANES, zephon_fuzz::ROWS) else { return };
+    let Ok(t) = Topology::builder().lanes(zephon_fuzz::LANES).rows_per_step(zephon_fuzz::ROWS).build() else { return };
     if let Ok(mut e) = Engine::restore(zephon_fuzz::run_spec(), t, opts(1, 2, 1), dir.path()) {
         for _ in 0..2 {
             if !matches!(e.next_step(), Ok(Some(_))) {

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use zephon_core::*;
-use zephon_mix::{EnsureMixture, Exhaustion, SourceConfig, SteeredSource};
-use zephon_pack::{Algorithm, Pack, PackConfig};
+use zephon_mix::{EnsureMixture, Exhaustion, SourceOptions, SteeredSource};
+use zephon_pack::{Algorithm, Pack, PackOptions};
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, opts, spec};
 
 /// Lanes and rows of the fuzzed run.
@@ -37,7 +37,7 @@ fn datasets() -> Datasets {
 /// The fuzzed run. ensure_mixture's slack is small next to the long documents, so after a
 /// few steps its lanes hold documents (and their lineage is in the checkpoint).
 pub fn run_spec() -> RunSpec {
-    let pack = Pack::new(PackConfig { max_segments: 6, ..PackConfig::new(Algorithm::BestFit { bins: 3 }, 48) })
+    let pack = Pack::new(PackOptions { max_segments: 6, ..PackOptions::new(Algorithm::BestFit { bins: 3 }, 48) })
         .expect("valid settings");
     let ensure = EnsureMixture::new(&[0.5, 0.5], 24)
         .and_then(|e| e.hold(6))
@@ -47,16 +47,19 @@ pub fn run_spec() -> RunSpec {
     // Steered by each lane's delivered tokens, so the lanes' states carry the closed loop and
     // their lineage is named per dataset stream.
     let datasets = datasets();
-    let config = SourceConfig { seed: 4, chunk_tokens: Some(40), exhaustion: Exhaustion::Repeat, ..Default::default() };
-    let source = SteeredSource::new(&datasets.manifests(), &[0.5, 0.5], config, &[12.0, 125.0], None)
-        .expect("valid mixture");
+    let config =
+        SourceOptions { seed: 4, chunk_tokens: Some(40), exhaustion: Exhaustion::Repeat, ..Default::default() };
+    let source =
+        SteeredSource::new(&datasets.manifests(), &[0.5, 0.5], config, &[12.0, 125.0], None).expect("valid mixture");
     RunSpec { source: Arc::new(source), ..spec(datasets, ops, 4, 1000, Tail::Drop) }
 }
 
 /// The run's fingerprint.
 pub fn fingerprint() -> &'static RunFingerprint {
     static F: OnceLock<RunFingerprint> = OnceLock::new();
-    F.get_or_init(|| run_spec().fingerprint(&Topology::single(LANES, ROWS).expect("valid topology")))
+    F.get_or_init(|| {
+        run_spec().fingerprint(&Topology::builder().lanes(LANES).rows_per_step(ROWS).build().expect("valid topology"))
+    })
 }
 
 /// A checkpoint file: the header (magic, format, length, SHA-256) around `raw`, the body
@@ -79,7 +82,17 @@ pub fn file_bytes(raw: &[u8]) -> Vec<u8> {
 pub fn write_checkpoint(dir: &Path) {
     let mut engines: Vec<Engine> = (0..2)
         .map(|r| {
-            Engine::start(run_spec(), Topology::new(LANES, ROWS, 2, r).expect("valid"), opts(1, 2, 1)).expect("starts")
+            Engine::start(
+                run_spec(),
+                Topology::builder()
+                    .lanes(LANES)
+                    .rows_per_step(ROWS)
+                    .place(Place { rank: r, world_size: 2 })
+                    .build()
+                    .expect("valid"),
+                opts(1, 2, 1),
+            )
+            .expect("starts")
         })
         .collect();
     let mut held = 0;

@@ -37,7 +37,7 @@ fn busy(d: Duration) {
 }
 
 fn per_step(lanes: u32, work: Duration) -> (f64, f64) {
-    let topology = Topology::single(lanes, ROWS).unwrap();
+    let topology = Topology::builder().lanes(lanes).rows_per_step(ROWS).build().unwrap();
     let sink = Sink::cpu();
     let mut engine = Engine::start(spec(), topology, opts()).unwrap();
     for _ in 0..5 {
@@ -66,7 +66,9 @@ fn per_step(lanes: u32, work: Duration) -> (f64, f64) {
 }
 
 fn resume_point_cost(lanes: u32) -> (f64, usize) {
-    let mut source = EngineSource::start(spec(), Topology::single(lanes, ROWS).unwrap(), opts()).unwrap();
+    let mut source =
+        EngineSource::start(spec(), Topology::builder().lanes(lanes).rows_per_step(ROWS).build().unwrap(), opts())
+            .unwrap();
     for _ in 0..20 {
         source.next_step().unwrap();
     }

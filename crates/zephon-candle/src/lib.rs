@@ -38,7 +38,7 @@
 //!     tail: Tail::Drop,
 //!     metadata: Default::default(),
 //! };
-//! let source = EngineSource::start(spec, Topology::single(2, 2)?, ExecOptions::default())?;
+//! let source = EngineSource::start(spec, Topology::builder().lanes(2).rows_per_step(2).build()?, ExecOptions::default())?;
 //! let mut steps = Prefetcher::start(source, Sink::cpu(), PrefetchOptions::default())?;
 //! let first = steps.next_step()?.expect("two steps of two rows");
 //! let text = first.tensors().expect("one batch").require("text")?; // the rows' bytes, u8

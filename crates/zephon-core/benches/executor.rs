@@ -78,7 +78,12 @@ fn plain_loop(datasets: &Datasets) -> u64 {
 fn engine_run(datasets: &Datasets, lanes: u32, threads: usize) -> u64 {
     let opts =
         ExecOptions { threads, prefetch_steps: 2, unit_samples: 16, snapshot_every: 1, ..ExecOptions::default() };
-    let mut e = Engine::start(spec(datasets), Topology::single(lanes, ROWS_PER_STEP).unwrap(), opts).unwrap();
+    let mut e = Engine::start(
+        spec(datasets),
+        Topology::builder().lanes(lanes).rows_per_step(ROWS_PER_STEP).build().unwrap(),
+        opts,
+    )
+    .unwrap();
     let mut steps = 0;
     while let Some(s) = e.next_step().unwrap() {
         black_box(s.local_fingerprint());

@@ -37,7 +37,7 @@
 //!     tail: Tail::Drop,
 //!     metadata: Default::default(),
 //! };
-//! let mut engine = Engine::start(spec, Topology::single(2, 2)?, ExecOptions::default())?;
+//! let mut engine = Engine::start(spec, Topology::builder().lanes(2).rows_per_step(2).build()?, ExecOptions::default())?;
 //! let step = engine.next_step()?.expect("one step of two rows");
 //! assert_eq!(step.len(), 2);
 //! assert!(engine.next_step()?.is_none());
@@ -74,7 +74,7 @@ pub use source::{
     deal_chunk,
 };
 pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
-pub use topology::{RankEnv, Topology};
+pub use topology::{Place, RankEnv, Topology, TopologyBuilder};
 // The operator interface, so that a user of the engine needs one import; an operator crate
 // depends on `zephon-operator` alone.
 pub use zephon_operator::{

@@ -35,7 +35,7 @@ use crate::error::OpError;
 use crate::plan::Operators;
 use crate::source::{Datasets, SequentialSource};
 use crate::step::step_fingerprint;
-use crate::topology::Topology;
+use crate::topology::{Place, Topology};
 use zephon_operator::{
     Accumulator, AccumulatorState, Digest, LaneContext, Lineage, Operator, OperatorKind, Record, RngKey, Settings,
 };
@@ -161,7 +161,12 @@ fn fingerprints(
     let opts = ExecOptions { threads, prefetch_steps: 2, unit_samples: 2, snapshot_every: 1, ..ExecOptions::default() };
     let mut engines = Vec::new();
     for r in 0..w {
-        let t = Topology::new(lanes, rows, w, r).map_err(|e| e.to_string())?;
+        let t = Topology::builder()
+            .lanes(lanes)
+            .rows_per_step(rows)
+            .place(Place { rank: r, world_size: w })
+            .build()
+            .map_err(|e| e.to_string())?;
         engines.push(
             match resume {
                 Some(d) => Engine::restore(spec.clone(), t, opts, d),

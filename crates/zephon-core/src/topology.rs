@@ -21,9 +21,83 @@ pub struct Topology {
     rank: u32,
 }
 
+/// Where a process runs: rank `rank` of `world_size`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    /// r, this process's rank.
+    pub rank: u32,
+    /// W, the number of ranks.
+    pub world_size: u32,
+}
+
+impl Place {
+    /// Rank 0 of 1: one process runs every lane.
+    pub const SINGLE: Place = Place { rank: 0, world_size: 1 };
+}
+
+/// Names a topology's settings one by one ([`Topology::builder`]); [`TopologyBuilder::build`]
+/// checks them together.
+///
+/// ```
+/// use zephon_core::{Place, Topology};
+/// let t = Topology::builder().lanes(8).rows_per_step(32).place(Place { rank: 3, world_size: 4 }).build()?;
+/// assert_eq!((t.rows_per_lane(), t.owned_range()), (4, 6..8));
+/// # Ok::<(), zephon_core::Error>(())
+/// ```
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct TopologyBuilder {
+    lanes: u32,
+    rows_per_step: u32,
+    place: Place,
+}
+
+impl TopologyBuilder {
+    /// L, the number of lanes (no default: it shapes the data).
+    pub fn lanes(mut self, lanes: u32) -> Self {
+        self.lanes = lanes;
+        self
+    }
+
+    /// G, the rows of a global step (no default: it shapes the data).
+    pub fn rows_per_step(mut self, rows: u32) -> Self {
+        self.rows_per_step = rows;
+        self
+    }
+
+    /// This process's place; [`Place::SINGLE`] when not given.
+    pub fn place(mut self, place: Place) -> Self {
+        self.place = place;
+        self
+    }
+
+    /// Checks the settings and builds the topology.
+    pub fn build(self) -> Result<Topology> {
+        Topology::checked(self.lanes, self.rows_per_step, self.place)
+    }
+
+    /// Builds the topology with this process's place from the launcher's environment
+    /// (see [`RankEnv::detect`]). When no launcher variable is set the process runs as rank 0
+    /// of 1, owning every lane, and says so on stderr: under a launcher this library does not
+    /// know, every process would otherwise train on the same batches without a word.
+    pub fn from_env(self) -> Result<Topology> {
+        let env = RankEnv::detect(|k| std::env::var(k).ok())?;
+        if env.launcher.is_none() {
+            eprintln!("zephon: {}", RankEnv::NONE_SET);
+        }
+        self.place(Place { rank: env.rank, world_size: env.world_size }).build()
+    }
+}
+
 impl Topology {
-    /// Checks and builds a topology.
-    pub fn new(lanes: u32, rows_per_step: u32, world_size: u32, rank: u32) -> Result<Self> {
+    /// A topology named setting by setting: `lanes` and `rows_per_step` are required, the
+    /// place defaults to rank 0 of 1.
+    pub fn builder() -> TopologyBuilder {
+        TopologyBuilder { lanes: 0, rows_per_step: 0, place: Place::SINGLE }
+    }
+
+    fn checked(lanes: u32, rows_per_step: u32, place: Place) -> Result<Self> {
+        let Place { rank, world_size } = place;
         let bad = |m: String| Err(Error::Topology(m));
         if lanes == 0 {
             return bad("the lane count must be at least 1".into());
@@ -42,26 +116,14 @@ impl Topology {
         Ok(Topology { lanes, rows_per_step, world_size, rank })
     }
 
-    /// A one-process topology (rank 0 of 1).
-    pub fn single(lanes: u32, rows_per_step: u32) -> Result<Self> {
-        Topology::new(lanes, rows_per_step, 1, 0)
+    /// The same run at another place.
+    pub fn placed(&self, place: Place) -> Result<Self> {
+        Topology::checked(self.lanes, self.rows_per_step, place)
     }
 
-    /// A topology whose rank and world size come from the launcher's environment
-    /// (see [`RankEnv::detect`]). When no launcher variable is set the process runs as rank 0
-    /// of 1, owning every lane, and says so on stderr: under a launcher this library does not
-    /// know, every process would otherwise train on the same batches without a word.
-    pub fn from_env(lanes: u32, rows_per_step: u32) -> Result<Self> {
-        let env = RankEnv::detect(|k| std::env::var(k).ok())?;
-        if env.launcher.is_none() {
-            eprintln!("zephon: {}", RankEnv::NONE_SET);
-        }
-        Topology::new(lanes, rows_per_step, env.world_size, env.rank)
-    }
-
-    /// The same run at another world size and rank.
-    pub fn with_rank(&self, world_size: u32, rank: u32) -> Result<Self> {
-        Topology::new(self.lanes, self.rows_per_step, world_size, rank)
+    /// This process's place.
+    pub fn place(&self) -> Place {
+        Place { rank: self.rank, world_size: self.world_size }
     }
 
     /// L, the number of lanes.
@@ -176,12 +238,18 @@ mod tests {
 
     #[test]
     fn rejects_invalid_combinations() {
-        assert!(Topology::new(0, 8, 1, 0).is_err());
-        assert!(Topology::new(8, 12, 1, 0).is_err(), "L must divide G");
-        assert!(Topology::new(8, 16, 3, 0).is_err(), "W must divide L");
-        assert!(Topology::new(8, 16, 4, 4).is_err(), "r < W");
-        assert!(Topology::new(8, 0, 1, 0).is_err());
-        let t = Topology::new(8, 32, 4, 3).unwrap();
+        assert!(Topology::builder().lanes(0).rows_per_step(8).build().is_err());
+        assert!(Topology::builder().lanes(8).rows_per_step(12).build().is_err(), "L must divide G");
+        assert!(
+            Topology::builder().lanes(8).rows_per_step(16).place(Place { rank: 0, world_size: 3 }).build().is_err(),
+            "W must divide L"
+        );
+        assert!(
+            Topology::builder().lanes(8).rows_per_step(16).place(Place { rank: 4, world_size: 4 }).build().is_err(),
+            "r < W"
+        );
+        assert!(Topology::builder().lanes(8).rows_per_step(0).build().is_err());
+        let t = Topology::builder().lanes(8).rows_per_step(32).place(Place { rank: 3, world_size: 4 }).build().unwrap();
         assert_eq!(t.rows_per_lane(), 4);
         assert_eq!(t.owned_range(), 6..8);
         assert_eq!(t.local_rows(), 8);

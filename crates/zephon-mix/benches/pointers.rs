@@ -9,7 +9,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use zephon_core::{DatasetManifest, Lane, RngKey, ShardManifest, WorkSource};
-use zephon_mix::{Exhaustion, MixtureSource, Order, RowOrder, SourceConfig};
+use zephon_mix::{Exhaustion, MixtureSource, Order, RowOrder, SourceOptions};
 
 fn manifest(name: &str, shards: &[u64]) -> DatasetManifest {
     DatasetManifest {
@@ -34,12 +34,12 @@ fn bench(c: &mut Criterion) {
     for (label, rows) in
         [("shuffled", RowOrder::Shuffled), ("global", RowOrder::Global), ("blocks", RowOrder::Blocks { size: 1000 })]
     {
-        let config = SourceConfig {
+        let config = SourceOptions {
             seed: 1,
             chunk_size: 256,
             order: Order { shuffle_shards: true, rows },
             exhaustion: Exhaustion::Repeat,
-            ..SourceConfig::default()
+            ..SourceOptions::default()
         };
         let source = MixtureSource::new(&m, &[0.5, 0.5], config).unwrap();
         for lanes in [1u32, 64, 1024] {

@@ -46,7 +46,7 @@ pub struct EnsureMixture {
     /// The most tokens of one document the stages after this one pass on (a truncating packer).
     kept_tokens: u64,
     field: String,
-    /// Made by [`EnsureMixture::from_mixture`]: shares, standing stock and truncation come from
+    /// Made by [`EnsureMixture::slack_tokens`]: shares, standing stock and truncation come from
     /// the pipeline when it is assembled.
     planned: bool,
 }
@@ -74,7 +74,7 @@ impl EnsureMixture {
     /// The mixture's own token shares, with a slack in tokens: when its pipeline is assembled
     /// it takes the datasets' shares, and the standing stock and truncation of the packer after
     /// it ([`Operator::assemble`]). Until then it has no shares and refuses every record.
-    pub fn from_mixture(slack_tokens: u64) -> Self {
+    pub fn slack_tokens(slack_tokens: u64) -> Self {
         EnsureMixture {
             shares: Vec::new(),
             slack_tokens,
@@ -226,7 +226,7 @@ impl Deficit {
             r.lineage().first_sample().map(|s| s.dataset as usize).ok_or_else(|| OpError::Data("no lineage".into()))?;
         if self.cfg.shares.is_empty() {
             return Err(OpError::Fatal(
-                "ensure_mixture has no shares: build it with EnsureMixture::new, or from_mixture in a pipeline".into(),
+                "ensure_mixture has no shares: build it with EnsureMixture::new, or slack_tokens in a pipeline".into(),
             ));
         }
         if d >= self.cfg.shares.len() {

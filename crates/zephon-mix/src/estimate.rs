@@ -91,7 +91,7 @@ fn quantiles(mut lengths: Vec<u64>) -> Vec<f64> {
 
 /// How much to sample.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct EstimateConfig {
+pub struct EstimateOptions {
     /// Rows per dataset whose text length is read (all rows when fewer).
     pub length_rows: u64,
     /// Windows per dataset tokenized, at bytes chosen uniformly over the sampled text.
@@ -104,9 +104,9 @@ pub struct EstimateConfig {
     pub threads: usize,
 }
 
-impl Default for EstimateConfig {
+impl Default for EstimateOptions {
     fn default() -> Self {
-        EstimateConfig { length_rows: 20_000, token_rows: 1024, max_token_bytes: 2048, seed: 0, threads: 1 }
+        EstimateOptions { length_rows: 20_000, token_rows: 1024, max_token_bytes: 2048, seed: 0, threads: 1 }
     }
 }
 
@@ -131,7 +131,7 @@ pub fn estimate(
     datasets: &Datasets,
     text_fields: &[&str],
     count_tokens: &(dyn Fn(&str) -> std::result::Result<usize, String> + Sync),
-    config: EstimateConfig,
+    config: EstimateOptions,
 ) -> Result<Vec<TokenEstimate>> {
     let manifests = datasets.manifests();
     if text_fields.len() != manifests.len() {
@@ -155,7 +155,7 @@ fn estimate_one(
     manifest: &zephon_core::DatasetManifest,
     text_field: &str,
     count_tokens: &(dyn Fn(&str) -> std::result::Result<usize, String> + Sync),
-    config: EstimateConfig,
+    config: EstimateOptions,
 ) -> Result<TokenEstimate> {
     let fail = |m: String| Error::Estimate { dataset: manifest.name.clone(), message: m };
     let order = DatasetOrder::new(d, manifest, Order { shuffle_shards: false, rows: RowOrder::Global }, config.seed);

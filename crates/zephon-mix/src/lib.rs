@@ -22,13 +22,13 @@
 //!
 //! ```
 //! use zephon_core::{DatasetManifest, ShardManifest, Lane, WorkSource};
-//! use zephon_mix::{MixtureSource, SourceConfig, Exhaustion};
+//! use zephon_mix::{MixtureSource, SourceOptions, Exhaustion};
 //!
 //! let ds = |name: &str, rows| DatasetManifest {
 //!     name: name.into(),
 //!     shards: vec![ShardManifest { path: name.into(), rows, bytes: rows * 100, version: "v1".into() }],
 //! };
-//! let config = SourceConfig { seed: 7, chunk_size: 64, exhaustion: Exhaustion::Redistribute, ..Default::default() };
+//! let config = SourceOptions { seed: 7, chunk_size: 64, exhaustion: Exhaustion::Redistribute, ..Default::default() };
 //! let source = MixtureSource::new(&[ds("a", 1000), ds("b", 300)], &[0.7, 0.3], config).unwrap();
 //! // 1,300 rows in chunks of 64: 21 chunks. Lane 3 of 8, its second chunk, computed directly:
 //! let chunk = source.chunk(Lane(3), 8, 1).unwrap().unwrap();
@@ -55,8 +55,8 @@ mod steer;
 pub use balance::{Balance, Measure, row_sizes};
 pub use ensure::{EnsureMixture, dropped, held};
 pub use error::{Error, Result};
-pub use estimate::{EstimateConfig, ROW_QUANTILES, TokenEstimate, declared, estimate, weights_for_token_shares};
+pub use estimate::{EstimateOptions, ROW_QUANTILES, TokenEstimate, declared, estimate, weights_for_token_shares};
 pub use order::{Order, RowOrder};
 pub use shuffle::Shuffle;
-pub use source::{Exhaustion, MixtureSource, SourceConfig};
+pub use source::{Exhaustion, MixtureSource, SourceOptions};
 pub use steer::{STEERED_CHUNK_TOKENS, SteeredSource};

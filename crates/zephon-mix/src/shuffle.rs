@@ -39,7 +39,7 @@ pub struct Shuffle {
 
 impl Shuffle {
     /// A buffer of `size` records per lane (at least 1).
-    pub fn new(size: usize) -> Result<Self, crate::Error> {
+    pub fn buffer(size: usize) -> Result<Self, crate::Error> {
         if size == 0 {
             return Err(crate::Error::Config("the shuffle buffer needs at least 1 slot".into()));
         }

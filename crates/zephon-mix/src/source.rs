@@ -23,7 +23,7 @@ pub enum Exhaustion {
 
 /// The work source's settings (everything but the datasets and weights).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceConfig {
+pub struct SourceOptions {
     /// Seed of every shuffle and of the chunk deal.
     pub seed: u64,
     /// Samples per chunk (unless `chunk_tokens` is set).
@@ -52,7 +52,7 @@ fn is_estimates(b: &Balance) -> bool {
     *b == Balance::Estimates
 }
 
-impl SourceConfig {
+impl SourceOptions {
     /// The configuration as fingerprint settings (enums by their names in specs).
     pub fn settings(&self) -> Settings {
         let mut s = Settings::new("source", 1)
@@ -92,9 +92,9 @@ fn serde_name<T: Serialize>(v: &T) -> SettingsValue {
     }
 }
 
-impl Default for SourceConfig {
+impl Default for SourceOptions {
     fn default() -> Self {
-        SourceConfig {
+        SourceOptions {
             seed: 0,
             chunk_size: 256,
             chunk_tokens: None,
@@ -134,7 +134,7 @@ struct Phase {
 /// ([`MixtureSource::balance_by_rows`]), the end is shared out document by document instead,
 /// and the lanes end within a few tokens of each other.
 pub struct MixtureSource {
-    config: SourceConfig,
+    config: SourceOptions,
     names: Vec<String>,
     weights: Vec<f64>,
     m: Vec<u64>,
@@ -156,17 +156,22 @@ const WEIGHT_SCALE: f64 = (1u64 << 24) as f64;
 impl MixtureSource {
     /// A source over `manifests` mixed by `weights` (any positive scale; 0 leaves a dataset
     /// out).
-    pub fn new(manifests: &[DatasetManifest], weights: &[f64], config: SourceConfig) -> Result<Self> {
+    pub fn new(manifests: &[DatasetManifest], weights: &[f64], config: SourceOptions) -> Result<Self> {
         MixtureSource::numbered_from(manifests, weights, config, 0)
     }
 
     /// A source over the one dataset that the run numbers `index` (its samples carry that
     /// index): one dataset's stream of a steered mixture.
-    pub fn of_dataset(index: u32, manifest: &DatasetManifest, config: SourceConfig) -> Result<Self> {
+    pub fn of_dataset(index: u32, manifest: &DatasetManifest, config: SourceOptions) -> Result<Self> {
         MixtureSource::numbered_from(std::slice::from_ref(manifest), &[1.0], config, index)
     }
 
-    fn numbered_from(manifests: &[DatasetManifest], weights: &[f64], config: SourceConfig, first: u32) -> Result<Self> {
+    fn numbered_from(
+        manifests: &[DatasetManifest],
+        weights: &[f64],
+        config: SourceOptions,
+        first: u32,
+    ) -> Result<Self> {
         if manifests.is_empty() {
             return Err(Error::Config("a mixture needs at least one dataset".into()));
         }

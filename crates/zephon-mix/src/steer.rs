@@ -4,7 +4,7 @@
 use zephon_core::{Chunk, DatasetManifest, Lane, Settings, Steering, WorkSource};
 
 use crate::error::{Error, Result};
-use crate::source::{Exhaustion, MixtureSource, SourceConfig};
+use crate::source::{Exhaustion, MixtureSource, SourceOptions};
 
 /// Estimated tokens per chunk of a dataset's stream when the mixture does not say how to cut
 /// chunks: small enough that one chunk moves a lane's shares by about a row, large enough that
@@ -46,7 +46,7 @@ impl SteeredSource {
     pub fn new(
         manifests: &[DatasetManifest],
         shares: &[f64],
-        mut config: SourceConfig,
+        mut config: SourceOptions,
         tokens_per_row: &[f64],
         max_samples: Option<u32>,
     ) -> Result<Self> {
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn the_dataset_furthest_behind_its_share_reads_next() {
-        let config = SourceConfig { seed: 3, exhaustion: Exhaustion::Repeat, ..SourceConfig::default() };
+        let config = SourceOptions { seed: 3, exhaustion: Exhaustion::Repeat, ..SourceOptions::default() };
         let s = SteeredSource::new(&[ds("a", 100), ds("b", 100)], &[0.7, 0.3], config, &[10.0, 1000.0], None).unwrap();
         // Chunks hold ~2048 estimated tokens of a, ~2048 (at least a row, 1000) of b.
         assert_eq!(s.next_dataset(&[0, 0], &[false, false]), Some(0), "equal chunks: the lower index");
@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn finite_data_ends_a_lane_by_the_exhaustion_policy() {
         for (policy, want) in [(Exhaustion::Stop, None), (Exhaustion::Redistribute, Some(1))] {
-            let config = SourceConfig { exhaustion: policy, ..SourceConfig::default() };
+            let config = SourceOptions { exhaustion: policy, ..SourceOptions::default() };
             let s = SteeredSource::new(&[ds("a", 10), ds("b", 10)], &[0.5, 0.5], config, &[5.0, 5.0], Some(4)).unwrap();
             assert_eq!(s.next_dataset(&[100, 0], &[true, false]), want, "{policy:?}");
             assert_eq!(s.next_dataset(&[100, 100], &[true, true]), None, "{policy:?}");

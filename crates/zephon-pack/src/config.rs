@@ -93,23 +93,23 @@ impl fmt::Display for EndOfData {
     }
 }
 
-/// Every setting of a packer. Build one with [`PackConfig::new`] and change fields with
+/// Every setting of a packer. Build one with [`PackOptions::new`] and change fields with
 /// struct update syntax; [`crate::Pack::new`] checks it.
 ///
 /// ```
-/// use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
-/// let config = PackConfig {
+/// use zephon_pack::{Algorithm, LongDocs, Pack, PackOptions};
+/// let config = PackOptions {
 ///     max_segments: 32,
 ///     long: LongDocs::Truncate,
 ///     pad_id: 50256,
-///     ..PackConfig::new(Algorithm::BestFit { bins: 64 }, 2048)
+///     ..PackOptions::new(Algorithm::BestFit { bins: 64 }, 2048)
 /// };
 /// let pack = Pack::new(config)?;
 /// assert_eq!(pack.config().seq_len, 2048);
 /// # Ok::<(), zephon_pack::PackError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PackConfig {
+pub struct PackOptions {
     /// How documents are placed into rows.
     pub algorithm: Algorithm,
     /// Tokens per row, T (≥ 1). Every per-token field of a row has exactly T elements.
@@ -137,22 +137,22 @@ pub struct PackConfig {
     pub warm_up: bool,
 }
 
-/// Default [`PackConfig::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
+/// Default [`PackOptions::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
 /// its documents only when they average fewer than this many tokens, so short documents fill
 /// rows (a fixed cap of 64 would leave 1024-token rows of 14-token documents 8 % empty), and
 /// `cu_seqlens` stays a quarter of the row's width.
 pub const DEFAULT_TOKENS_PER_SEGMENT: usize = 4;
 
-/// Default [`PackConfig::ignore_index`]: what PyTorch's cross-entropy ignores by default.
+/// Default [`PackOptions::ignore_index`]: what PyTorch's cross-entropy ignores by default.
 pub const DEFAULT_IGNORE_INDEX: i32 = -100;
 
-impl PackConfig {
+impl PackOptions {
     /// `algorithm` into rows of `seq_len` tokens, with the defaults: at most
     /// `seq_len / DEFAULT_TOKENS_PER_SEGMENT` documents a row (at least 1), long documents split,
     /// padding id 0, ignore index -100, input field `tokens`, open rows kept as they are at the
     /// end of the input, no warm-up.
     pub fn new(algorithm: Algorithm, seq_len: usize) -> Self {
-        PackConfig {
+        PackOptions {
             algorithm,
             seq_len,
             max_segments: (seq_len / DEFAULT_TOKENS_PER_SEGMENT).max(1),
@@ -229,42 +229,42 @@ mod tests {
 
     #[test]
     fn rejects_bad_settings() {
-        let ok = PackConfig::new(Algorithm::Wrap, 16);
+        let ok = PackOptions::new(Algorithm::Wrap, 16);
         assert_eq!(ok.validate(), Ok(()));
-        let bad = |c: PackConfig| c.validate().unwrap_err();
-        assert_eq!(bad(PackConfig::new(Algorithm::Wrap, 0)), PackError::ZeroSeqLen);
-        assert_eq!(bad(PackConfig::new(Algorithm::FirstFit { bins: 0 }, 16)), PackError::ZeroBins);
-        assert_eq!(bad(PackConfig::new(Algorithm::BestFit { bins: 0 }, 16)), PackError::ZeroBins);
-        assert_eq!(bad(PackConfig { max_segments: 0, ..ok.clone() }), PackError::ZeroMaxSegments);
-        assert!(matches!(bad(PackConfig { max_segments: 17, ..ok.clone() }), PackError::TooManySegments { .. }));
-        assert_eq!(bad(PackConfig { ignore_index: 0, ..ok.clone() }), PackError::IgnoreIndex(0));
-        assert_eq!(bad(PackConfig { input_field: String::new(), ..ok.clone() }), PackError::EmptyInputField);
-        assert!(matches!(bad(PackConfig::new(Algorithm::Wrap, 1 << 31)), PackError::SeqLenTooLarge(_)));
+        let bad = |c: PackOptions| c.validate().unwrap_err();
+        assert_eq!(bad(PackOptions::new(Algorithm::Wrap, 0)), PackError::ZeroSeqLen);
+        assert_eq!(bad(PackOptions::new(Algorithm::FirstFit { bins: 0 }, 16)), PackError::ZeroBins);
+        assert_eq!(bad(PackOptions::new(Algorithm::BestFit { bins: 0 }, 16)), PackError::ZeroBins);
+        assert_eq!(bad(PackOptions { max_segments: 0, ..ok.clone() }), PackError::ZeroMaxSegments);
+        assert!(matches!(bad(PackOptions { max_segments: 17, ..ok.clone() }), PackError::TooManySegments { .. }));
+        assert_eq!(bad(PackOptions { ignore_index: 0, ..ok.clone() }), PackError::IgnoreIndex(0));
+        assert_eq!(bad(PackOptions { input_field: String::new(), ..ok.clone() }), PackError::EmptyInputField);
+        assert!(matches!(bad(PackOptions::new(Algorithm::Wrap, 1 << 31)), PackError::SeqLenTooLarge(_)));
     }
 
     #[test]
     fn default_max_segments_never_exceeds_seq_len() {
-        assert_eq!(PackConfig::new(Algorithm::Wrap, 8).max_segments, 2);
-        assert_eq!(PackConfig::new(Algorithm::Wrap, 3).max_segments, 1);
-        assert_eq!(PackConfig::new(Algorithm::Wrap, 64).max_segments, 16, "cu_seqlens of 18, not 66");
-        assert_eq!(PackConfig::new(Algorithm::Wrap, 1024).max_segments, 256);
-        assert_eq!(PackConfig::new(Algorithm::Wrap, 8).validate(), Ok(()));
+        assert_eq!(PackOptions::new(Algorithm::Wrap, 8).max_segments, 2);
+        assert_eq!(PackOptions::new(Algorithm::Wrap, 3).max_segments, 1);
+        assert_eq!(PackOptions::new(Algorithm::Wrap, 64).max_segments, 16, "cu_seqlens of 18, not 66");
+        assert_eq!(PackOptions::new(Algorithm::Wrap, 1024).max_segments, 256);
+        assert_eq!(PackOptions::new(Algorithm::Wrap, 8).validate(), Ok(()));
     }
 
     #[test]
     fn fingerprint_names_every_setting() {
-        let base = PackConfig::new(Algorithm::BestFit { bins: 4 }, 16);
+        let base = PackOptions::new(Algorithm::BestFit { bins: 4 }, 16);
         let variants = [
-            PackConfig { algorithm: Algorithm::FirstFit { bins: 4 }, ..base.clone() },
-            PackConfig { algorithm: Algorithm::BestFit { bins: 5 }, ..base.clone() },
-            PackConfig { seq_len: 17, ..base.clone() },
-            PackConfig { max_segments: 3, ..base.clone() },
-            PackConfig { long: LongDocs::Truncate, ..base.clone() },
-            PackConfig { pad_id: 1, ..base.clone() },
-            PackConfig { ignore_index: -1, ..base.clone() },
-            PackConfig { input_field: "ids".into(), ..base.clone() },
-            PackConfig { end_of_data: EndOfData::FillRows, ..base.clone() },
-            PackConfig { warm_up: true, ..base.clone() },
+            PackOptions { algorithm: Algorithm::FirstFit { bins: 4 }, ..base.clone() },
+            PackOptions { algorithm: Algorithm::BestFit { bins: 5 }, ..base.clone() },
+            PackOptions { seq_len: 17, ..base.clone() },
+            PackOptions { max_segments: 3, ..base.clone() },
+            PackOptions { long: LongDocs::Truncate, ..base.clone() },
+            PackOptions { pad_id: 1, ..base.clone() },
+            PackOptions { ignore_index: -1, ..base.clone() },
+            PackOptions { input_field: "ids".into(), ..base.clone() },
+            PackOptions { end_of_data: EndOfData::FillRows, ..base.clone() },
+            PackOptions { warm_up: true, ..base.clone() },
         ];
         let mut seen = vec![base.fingerprint()];
         for v in variants {

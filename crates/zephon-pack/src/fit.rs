@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use zephon_operator::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
-use crate::config::{EndOfData, PackConfig};
+use crate::config::{EndOfData, PackOptions};
 use crate::doc::{Piece, pieces, read_piece};
 use crate::error::PackError;
 use crate::row::{self, OpenRow};
@@ -23,7 +23,7 @@ pub(crate) enum Choice {
 /// The first-fit / best-fit accumulator. Open rows are kept in creation order, so "oldest" is
 /// "first in the list" and the state needs no creation counters.
 pub(crate) struct FitAcc {
-    config: Arc<PackConfig>,
+    config: Arc<PackOptions>,
     choice: Choice,
     bins: usize,
     open: Vec<OpenRow>,
@@ -32,7 +32,7 @@ pub(crate) struct FitAcc {
 }
 
 impl FitAcc {
-    pub fn new(config: Arc<PackConfig>, choice: Choice, bins: usize) -> Self {
+    pub fn new(config: Arc<PackOptions>, choice: Choice, bins: usize) -> Self {
         FitAcc { config, choice, bins, open: Vec::new(), emitted: 0 }
     }
 

@@ -44,9 +44,9 @@
 //!
 //! ```
 //! use zephon_operator::{Fragment, LaneContext, Lane, Lineage, Operator, Record, SampleId, Span, Value};
-//! use zephon_pack::{Algorithm, Pack, PackConfig};
+//! use zephon_pack::{Algorithm, Pack, PackOptions};
 //!
-//! let pack = Pack::new(PackConfig { max_segments: 4, ..PackConfig::new(Algorithm::BestFit { bins: 8 }, 8) })?;
+//! let pack = Pack::new(PackOptions { max_segments: 4, ..PackOptions::new(Algorithm::BestFit { bins: 8 }, 8) })?;
 //! let mut acc = pack.accumulator(LaneContext { lane: Lane(0), seed: 1 }).unwrap();
 //! let doc = |row: u64, ids: Vec<u32>| {
 //!     let fragment = Fragment::span(SampleId::new(0, 0, row), Span::prefix(ids.len() as u32));
@@ -76,7 +76,7 @@ use std::sync::Arc;
 
 use zephon_operator::{Accumulator, Assembly, LaneContext, Offer, OpError, Operator, OperatorKind};
 
-pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongDocs, PackConfig};
+pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongDocs, PackOptions};
 pub use error::PackError;
 pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS};
 
@@ -86,33 +86,33 @@ use wrap::WrapAcc;
 /// The packing operator: an accumulator only ([`OperatorKind::Accumulate`]), one per lane.
 #[derive(Clone, Debug)]
 pub struct Pack {
-    config: Arc<PackConfig>,
+    config: Arc<PackOptions>,
 }
 
 impl Pack {
     /// A packer with `config`, after checking every setting.
-    pub fn new(config: PackConfig) -> Result<Self, PackError> {
+    pub fn new(config: PackOptions) -> Result<Self, PackError> {
         config.validate()?;
         Ok(Pack { config: Arc::new(config) })
     }
 
     /// Concatenate-and-chunk into rows of `seq_len`, other settings default.
     pub fn wrap(seq_len: usize) -> Result<Self, PackError> {
-        Pack::new(PackConfig::new(Algorithm::Wrap, seq_len))
+        Pack::new(PackOptions::new(Algorithm::Wrap, seq_len))
     }
 
     /// First-fit over `bins` open rows of `seq_len`, other settings default.
     pub fn first_fit(seq_len: usize, bins: usize) -> Result<Self, PackError> {
-        Pack::new(PackConfig::new(Algorithm::FirstFit { bins }, seq_len))
+        Pack::new(PackOptions::new(Algorithm::FirstFit { bins }, seq_len))
     }
 
     /// Best-fit over `bins` open rows of `seq_len`, other settings default.
     pub fn best_fit(seq_len: usize, bins: usize) -> Result<Self, PackError> {
-        Pack::new(PackConfig::new(Algorithm::BestFit { bins }, seq_len))
+        Pack::new(PackOptions::new(Algorithm::BestFit { bins }, seq_len))
     }
 
     /// The settings.
-    pub fn config(&self) -> &PackConfig {
+    pub fn config(&self) -> &PackOptions {
         &self.config
     }
 

@@ -6,7 +6,7 @@
 
 use zephon_operator::{Attachment, Buffer, Field, Fragment, Lineage, OpError, RebuildInput, Record, Value};
 
-use crate::config::PackConfig;
+use crate::config::PackOptions;
 use crate::doc::{Piece, read_piece};
 use crate::error::PackError;
 
@@ -31,7 +31,7 @@ pub(crate) struct OpenRow {
 impl OpenRow {
     /// An empty row whose token buffer already has room for T tokens (it becomes `input_ids`):
     /// for rows that fill up (wrap's one row, a piece that is a row by itself).
-    pub fn new(config: &PackConfig) -> Self {
+    pub fn new(config: &PackOptions) -> Self {
         OpenRow {
             fragments: Vec::new(),
             tokens: Vec::with_capacity(config.seq_len),
@@ -44,7 +44,7 @@ impl OpenRow {
     /// open rows, of which a lane may hold many, most of them far from full. Reserving T for
     /// each would make 1,024 lanes of 64 open rows hold ~4 KiB per open row however little is
     /// in it.
-    pub fn growing(config: &PackConfig) -> Self {
+    pub fn growing(config: &PackOptions) -> Self {
         OpenRow { fragments: Vec::new(), tokens: Vec::new(), attachments: Vec::new(), limit: config.seq_len }
     }
 
@@ -64,12 +64,12 @@ impl OpenRow {
     }
 
     /// Tokens that still fit.
-    pub fn room(&self, config: &PackConfig) -> usize {
+    pub fn room(&self, config: &PackOptions) -> usize {
         config.seq_len.saturating_sub(self.len())
     }
 
     /// Whether the row must be emitted now: full, or at the segment cap.
-    pub fn is_complete(&self, config: &PackConfig) -> bool {
+    pub fn is_complete(&self, config: &PackOptions) -> bool {
         self.len() >= config.seq_len || self.segments() >= config.max_segments
     }
 
@@ -129,13 +129,13 @@ impl OpenRow {
     }
 
     /// Lays out the row (its token buffer becomes `input_ids`).
-    pub fn into_record(self, config: &PackConfig) -> Result<Record, PackError> {
+    pub fn into_record(self, config: &PackOptions) -> Result<Record, PackError> {
         assemble(config, &self.fragments, self.tokens, self.attachments)
     }
 
     /// Appends a piece read back from a checkpoint or a rebuild, checking that it is exactly
     /// the piece asked for.
-    pub fn push_restored(&mut self, wanted: Fragment, record: Record, config: &PackConfig) -> Result<(), PackError> {
+    pub fn push_restored(&mut self, wanted: Fragment, record: Record, config: &PackOptions) -> Result<(), PackError> {
         match read_piece(record, &config.input_field)? {
             Some(piece) if piece.fragment == wanted => self.push(piece),
             Some(piece) => Err(PackError::State(format!("asked for {wanted}, got {}", piece.fragment))),
@@ -145,7 +145,11 @@ impl OpenRow {
 }
 
 /// Rebuilds the row with `lineage` from exactly its pieces, through [`assemble`].
-pub(crate) fn rebuild(config: &PackConfig, lineage: &Lineage, input: &mut dyn RebuildInput) -> Result<Record, OpError> {
+pub(crate) fn rebuild(
+    config: &PackOptions,
+    lineage: &Lineage,
+    input: &mut dyn RebuildInput,
+) -> Result<Record, OpError> {
     let fragments = lineage.fragments();
     if fragments.is_empty() || fragments.len() > config.max_segments {
         // Refused before reading anything back; `assemble` would refuse it too.
@@ -167,7 +171,7 @@ pub(crate) fn rebuild(config: &PackConfig, lineage: &Lineage, input: &mut dyn Re
 /// A position whose next token lies inside an attachment's span (an image placeholder) gets
 /// no label: the model is not trained to predict placeholders.
 pub(crate) fn assemble(
-    config: &PackConfig,
+    config: &PackOptions,
     fragments: &[Fragment],
     tokens: Vec<u32>,
     attachments: Vec<Attachment>,
@@ -262,7 +266,7 @@ mod tests {
 
     #[test]
     fn lays_out_two_segments_and_padding() {
-        let config = PackConfig { pad_id: 9, max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) };
+        let config = PackOptions { pad_id: 9, max_segments: 3, ..PackOptions::new(Algorithm::Wrap, 8) };
         let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21], Vec::new()).unwrap();
         assert_eq!(get(&r, INPUT_IDS), &Value::array::<u32>(vec![10, 11, 12, 20, 21, 9, 9, 9]));
         assert_eq!(get(&r, LABELS), &Value::array::<i32>(vec![11, 12, -100, 21, -100, -100, -100, -100]));
@@ -277,7 +281,7 @@ mod tests {
 
     #[test]
     fn full_row_has_no_padding_sequence() {
-        let config = PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 4) };
+        let config = PackOptions { max_segments: 2, ..PackOptions::new(Algorithm::Wrap, 4) };
         let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4], Vec::new()).unwrap();
         assert_eq!(get(&r, CU_SEQLENS), &Value::array::<i32>(vec![0, 4, 4, 4]));
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(4));
@@ -288,7 +292,7 @@ mod tests {
 
     #[test]
     fn refuses_shapes_it_never_makes() {
-        let config = PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 4) };
+        let config = PackOptions { max_segments: 2, ..PackOptions::new(Algorithm::Wrap, 4) };
         assert!(assemble(&config, &[], vec![], Vec::new()).is_err());
         assert!(assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3], Vec::new()).is_err());
         assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5], Vec::new()).is_err());
@@ -299,7 +303,7 @@ mod tests {
 
     #[test]
     fn a_growing_row_never_keeps_room_for_more_than_t_tokens() {
-        let config = PackConfig { max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 4 }, 1024) };
+        let config = PackOptions { max_segments: 8, ..PackOptions::new(Algorithm::BestFit { bins: 4 }, 1024) };
         let piece = |row: u64, n: u32| Piece {
             fragment: frag(row, 0, n),
             tokens: vec![7u32; n as usize].into(),
@@ -320,7 +324,7 @@ mod tests {
     #[test]
     fn placeholders_get_no_labels_and_attachments_learn_their_segment() {
         use zephon_operator::{Attachment, Span};
-        let config = PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) };
+        let config = PackOptions { max_segments: 3, ..PackOptions::new(Algorithm::Wrap, 8) };
         let image = Attachment::new(&"image".into(), 0).placed(Span::at(1, 2).unwrap(), true);
         let mut row = OpenRow::new(&config);
         row.push(Piece { fragment: frag(1, 0, 2), tokens: vec![10, 11].into(), attachments: Vec::new() }).unwrap();

@@ -11,7 +11,7 @@
 
 use zephon_operator::{AccumulatorState, Record};
 
-use crate::config::PackConfig;
+use crate::config::PackOptions;
 use crate::error::PackError;
 use crate::row::OpenRow;
 
@@ -61,7 +61,7 @@ pub(crate) fn fit_values(open: &[OpenRow], warming: Option<u64>) -> Vec<u64> {
 pub(crate) fn restore(
     saved: &AccumulatorState,
     buffered: Vec<Record>,
-    config: &PackConfig,
+    config: &PackOptions,
     kind: Kind,
 ) -> Result<Restored, PackError> {
     let bad = |m: String| PackError::State(m);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use zephon_operator::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
-use crate::config::{LongDocs, PackConfig};
+use crate::config::{LongDocs, PackOptions};
 use crate::doc::{Piece, read_piece, too_long};
 use crate::error::PackError;
 use crate::row::{self, OpenRow};
@@ -13,12 +13,12 @@ use crate::state;
 /// The wrap accumulator. Each document is consumed as soon as it arrives: what does not fit
 /// the current row starts the next one, so the only state is the row under construction.
 pub(crate) struct WrapAcc {
-    config: Arc<PackConfig>,
+    config: Arc<PackOptions>,
     row: OpenRow,
 }
 
 impl WrapAcc {
-    pub fn new(config: Arc<PackConfig>) -> Self {
+    pub fn new(config: Arc<PackOptions>) -> Self {
         let row = OpenRow::new(&config);
         WrapAcc { config, row }
     }
@@ -33,7 +33,7 @@ pub(crate) fn lay(
     row: &mut OpenRow,
     doc: &Piece,
     keep: usize,
-    config: &PackConfig,
+    config: &PackOptions,
     out: &mut Vec<Record>,
 ) -> Result<(), PackError> {
     let mut at = 0;
@@ -60,7 +60,7 @@ pub(crate) fn lay(
 }
 
 /// Emits `row` and starts a new one in its place.
-fn emit(row: &mut OpenRow, config: &PackConfig, out: &mut Vec<Record>) -> Result<(), PackError> {
+fn emit(row: &mut OpenRow, config: &PackOptions, out: &mut Vec<Record>) -> Result<(), PackError> {
     let full = std::mem::replace(row, OpenRow::new(config));
     out.push(full.into_record(config)?);
     Ok(())

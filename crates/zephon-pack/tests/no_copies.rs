@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use zephon_core::*;
-use zephon_pack::{Algorithm, Pack, PackConfig};
+use zephon_pack::{Algorithm, Pack, PackOptions};
 use zephon_testkit::Split;
 
 struct Counting;
@@ -47,7 +47,7 @@ fn splitting_and_packing_a_document_with_ten_1mb_attachments_copies_no_payload()
         let span = Span::at(k * 800 + 5, 16).unwrap();
         doc.attach(Attachment::new(&"image".into(), k).placed(span, true).with(&"pixels".into(), Value::Array(pixels)));
     }
-    let pack = Pack::new(PackConfig::new(Algorithm::Wrap, T)).unwrap();
+    let pack = Pack::new(PackOptions::new(Algorithm::Wrap, T)).unwrap();
     let mut acc = pack.accumulator(LaneContext { lane: Lane(0), seed: 0 }).unwrap();
 
     let before = ALLOCATED.load(Ordering::Relaxed);

@@ -273,7 +273,12 @@ pub fn run_ranks(
 ) -> Vec<Digest> {
     let mut engines: Vec<Engine> = (0..w)
         .map(|r| {
-            let t = Topology::new(lanes, rows, w, r).unwrap();
+            let t = Topology::builder()
+                .lanes(lanes)
+                .rows_per_step(rows)
+                .place(Place { rank: r, world_size: w })
+                .build()
+                .unwrap();
             match resume {
                 Some(dir) => Engine::restore(spec.clone(), t, o, dir).unwrap(),
                 None => Engine::start(spec.clone(), t, o).unwrap(),

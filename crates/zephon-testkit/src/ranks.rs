@@ -14,7 +14,7 @@ pub fn rank_process(spec: impl Fn() -> RunSpec, lanes: u32, rows: u32, opts: Exe
     let Ok(log) = std::env::var("ZEPHON_TEST_LOG") else { return false };
     let env = |k: &str| std::env::var(k).ok();
     let num = |k: &str| env(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or_else(|| panic!("{k} not set"));
-    let topology = Topology::from_env(lanes, rows).unwrap();
+    let topology = Topology::builder().lanes(lanes).rows_per_step(rows).from_env().unwrap();
     let (from, to) = (num("ZEPHON_TEST_FROM"), num("ZEPHON_TEST_TO"));
     let mut engine = match env("ZEPHON_TEST_RESUME") {
         Some(dir) => Engine::restore(spec(), topology, opts, Path::new(&dir)).unwrap(),

@@ -71,6 +71,6 @@ pub use image::{PixelLimit, RgbImage};
 pub use jpeg::JpegBackend;
 /// Attachment value names the readers and this crate share.
 pub use op::BYTES;
-pub use op::{IMAGE_GRID_THW, IMAGE_TOKENS, ImageTokens, Images, ImagesConfig, PIXEL_VALUES, PixelLayout, SOURCE};
+pub use op::{IMAGE_GRID_THW, IMAGE_TOKENS, ImageTokens, Images, ImagesOptions, PIXEL_VALUES, PixelLayout, SOURCE};
 pub use orientation::Orientation;
 pub use smart::{SmartResize, smart_resize};

@@ -47,7 +47,7 @@ pub enum ImageTokens {
 
 /// Every setting of the image operator.
 #[derive(Clone, Debug)]
-pub struct ImagesConfig {
+pub struct ImagesOptions {
     /// The attachment kind handled (`image`).
     pub kind: String,
     /// Pixel limit, orientation, JPEG backend.
@@ -74,11 +74,11 @@ pub struct ImagesConfig {
     pub seed: u64,
 }
 
-impl ImagesConfig {
+impl ImagesOptions {
     /// LLaVA-1.5 style: 336×336 centre crop, CLIP normalisation, ViT patches of 14, 576 tokens,
     /// f32, no augmentation.
     pub fn llava(seed: u64) -> Result<Self> {
-        Ok(ImagesConfig {
+        Ok(ImagesOptions {
             kind: "image".into(),
             decode: DecodeOptions::new(),
             resize: ResizeSpec::fixed(336, 336, crate::resize::Fit::CenterCrop)?,
@@ -96,7 +96,7 @@ impl ImagesConfig {
     /// Qwen2-VL style: dynamic resolution (factor 28, 56² to 28²·1280 pixels), bicubic, CLIP
     /// normalisation, Qwen2-VL patches, one token per 2×2 merged patches, bf16.
     pub fn qwen2_vl(seed: u64) -> Self {
-        ImagesConfig {
+        ImagesOptions {
             kind: "image".into(),
             decode: DecodeOptions::new(),
             resize: ResizeSpec::smart(crate::SmartResize::QWEN2_VL).with_filter(crate::resize::Filter::Bicubic),
@@ -137,20 +137,20 @@ impl ImagesConfig {
 /// there or skips the whole sample, counted.
 #[derive(Clone, Debug)]
 pub struct Images {
-    config: Arc<ImagesConfig>,
+    config: Arc<ImagesOptions>,
     kind: Field,
 }
 
 impl Images {
     /// The operator with `config`, after checking it.
-    pub fn new(config: ImagesConfig) -> Result<Self> {
+    pub fn new(config: ImagesOptions) -> Result<Self> {
         config.check()?;
         let kind = Field::new(&config.kind);
         Ok(Images { config: Arc::new(config), kind })
     }
 
     /// The settings.
-    pub fn config(&self) -> &ImagesConfig {
+    pub fn config(&self) -> &ImagesOptions {
         &self.config
     }
 

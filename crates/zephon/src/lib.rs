@@ -57,7 +57,7 @@ pub use zephon_candle::{Prefetcher, Sink};
 #[doc(inline)]
 pub use zephon_core as lane_core;
 pub use zephon_core::{
-    BadRecords, Batch, Digest, ExecOptions, Lane, LanePart, LocalStep, Operator, Record, SampleId, Settings,
+    BadRecords, Batch, Digest, ExecOptions, Lane, LanePart, LocalStep, Operator, Place, Record, SampleId, Settings,
     SplitCheckpoint, StageTime, Step, Tail, Topology, Value, step_fingerprint,
 };
 #[doc(inline)]
@@ -65,12 +65,12 @@ pub use zephon_io as io;
 pub use zephon_io::Fields;
 #[doc(inline)]
 pub use zephon_mix as mix;
-pub use zephon_mix::{Balance, EstimateConfig, Exhaustion, Order, RowOrder, TokenEstimate};
+pub use zephon_mix::{Balance, EnsureMixture, EstimateOptions, Exhaustion, Order, RowOrder, Shuffle, TokenEstimate};
 #[doc(inline)]
 pub use zephon_operator as operator;
 #[doc(inline)]
 pub use zephon_pack as pack;
-pub use zephon_pack::{Algorithm, LongDocs, Pack, PackConfig};
+pub use zephon_pack::{Algorithm, LongDocs, Pack, PackOptions};
 #[cfg(feature = "text")]
 #[doc(inline)]
 pub use zephon_text as text;
@@ -80,7 +80,7 @@ pub use zephon_text::{ImagePlaceholders, LongDocuments, PreTokenized, Tokenize, 
 #[doc(inline)]
 pub use zephon_vision as vision;
 #[cfg(feature = "vision")]
-pub use zephon_vision::{ImageTokens, Images, ImagesConfig, PixelLayout};
+pub use zephon_vision::{ImageTokens, Images, ImagesOptions, PixelLayout};
 
 /// The README's Rust blocks, compiled as doctests so that the front page's example stays true.
 #[cfg(doctest)]

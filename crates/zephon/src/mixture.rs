@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use zephon_io::{DatasetOptions, Fields};
-use zephon_mix::{Balance, EstimateConfig, Exhaustion, Order, SourceConfig};
+use zephon_mix::{Balance, EstimateOptions, Exhaustion, Order, SourceOptions};
 
 /// How much of the mixture a dataset is.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -76,9 +76,9 @@ impl Dataset {
 #[derive(Clone, Debug, Default)]
 pub struct Mixture {
     pub(crate) datasets: Vec<Dataset>,
-    pub(crate) config: SourceConfig,
+    pub(crate) config: SourceOptions,
     pub(crate) seed: Option<u64>,
-    pub(crate) estimate: EstimateConfig,
+    pub(crate) estimate: EstimateOptions,
     /// The balance asked for; by default `RowTokens` where it can be measured.
     pub(crate) balance: Option<Balance>,
     /// Whether chunks were asked for by samples ([`Mixture::chunk_size`]): a mixture by token
@@ -157,7 +157,7 @@ impl Mixture {
 
     /// How token estimation samples (only used with token shares).
     #[must_use]
-    pub fn estimate(mut self, config: EstimateConfig) -> Self {
+    pub fn estimate(mut self, config: EstimateOptions) -> Self {
         self.estimate = config;
         self
     }

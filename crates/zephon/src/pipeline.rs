@@ -18,10 +18,6 @@ use crate::mixture::{Amount, Mixture};
 /// The metadata key under which token estimates travel in checkpoints.
 pub const TOKEN_ESTIMATES: &str = "token-estimates";
 
-/// One operator as the builder holds it: the operator, or why it could not be made (the
-/// builder's methods do not fail; `build` reports the first such error).
-type Stage = std::result::Result<Arc<dyn Operator>, String>;
-
 /// A pipeline under construction: what to train on (a [`Mixture`]) and how stored samples
 /// become rows (operators, in order). `build` opens the data and starts the engine for one
 /// rank; `restore` continues from a checkpoint at any world size.
@@ -34,11 +30,11 @@ type Stage = std::result::Result<Arc<dyn Operator>, String>;
 ///     .dataset(Dataset::new("b", "corpora/b/jsonl").share(0.5));
 /// let mut loader = Pipeline::new(mixture)
 ///     .tokenize(Tokenize::new(tokenizer).eos("<|endoftext|>")?.long_documents(LongDocuments::Split { max_tokens: 2048 })?)
-///     .ensure_mixture(4096)
-///     .pack(Pack::new(PackConfig::new(Algorithm::BestFit { bins: 64 }, 2048))?)
-///     .shuffle(64)
+///     .ensure_mixture(EnsureMixture::slack_tokens(4096))
+///     .pack(Pack::new(PackOptions::new(Algorithm::BestFit { bins: 64 }, 2048))?)
+///     .shuffle(Shuffle::buffer(64)?)
 ///     .seed(1234)
-///     .build(Topology::from_env(8, 16)?)?;
+///     .build(Topology::builder().lanes(8).rows_per_step(16).from_env()?)?;
 /// // The mixture repeats: training decides when to stop (finite data ends with `None`).
 /// for _ in 0..1000 {
 ///     let Some(step) = loader.next_step()? else { break };
@@ -50,7 +46,7 @@ type Stage = std::result::Result<Arc<dyn Operator>, String>;
 #[derive(Clone)]
 pub struct Pipeline {
     mixture: Mixture,
-    stages: Vec<Stage>,
+    stages: Vec<Arc<dyn Operator>>,
     /// The tokenize step, also kept as itself: token estimates measure with its tokenizer.
     #[cfg(feature = "text")]
     tokenize: Option<Box<zephon_text::Tokenize>>,
@@ -79,7 +75,7 @@ impl Pipeline {
     #[cfg(feature = "text")]
     #[must_use]
     pub fn tokenize(mut self, tokenize: zephon_text::Tokenize) -> Self {
-        self.stages.push(Ok(Arc::new(tokenize.clone())));
+        self.stages.push(Arc::new(tokenize.clone()));
         self.tokenize = Some(Box::new(tokenize));
         self
     }
@@ -89,53 +85,37 @@ impl Pipeline {
     #[cfg(feature = "vision")]
     #[must_use]
     pub fn images(mut self, images: zephon_vision::Images) -> Self {
-        self.stages.push(Ok(Arc::new(images)));
+        self.stages.push(Arc::new(images));
         self
     }
 
-    /// Keeps the token shares of the packer's rows within `slack_tokens` of the targets: a
-    /// per-lane scheduler that orders documents and pieces of documents (see
-    /// [`EnsureMixture`]), measured on what the packer emitted (the builder tells it the
-    /// packer's standing stock and whether it truncates). It holds what runs ahead and drops
-    /// nothing: each lane's closed loop supplies what it needs. Needs token shares on the
-    /// datasets.
+    /// Keeps the token shares of the packer's rows on target: a per-lane scheduler that
+    /// orders documents and pieces of documents (see [`EnsureMixture`]), measured on what the
+    /// packer emitted (it takes the datasets' shares and the packer's standing stock and
+    /// truncation when the pipeline is assembled). It holds what runs ahead and drops nothing
+    /// unless given a cap ([`EnsureMixture::hold`]): each lane's closed loop supplies what it
+    /// needs. Needs token shares on the datasets.
+    ///
+    /// `.ensure_mixture(EnsureMixture::slack_tokens(4096))`
     #[must_use]
-    pub fn ensure_mixture(mut self, slack_tokens: u64) -> Self {
-        self.stages.push(Ok(Arc::new(EnsureMixture::from_mixture(slack_tokens))));
-        self
-    }
-
-    /// [`Pipeline::ensure_mixture`] holding at most `hold` documents a lane: past it, the
-    /// oldest held document is dropped and counted in the report. Only for a memory bound the
-    /// closed loop cannot give (it never needs more than about a chunk and a document).
-    #[must_use]
-    pub fn ensure_mixture_holding(mut self, slack_tokens: u64, hold: usize) -> Self {
-        let ensure = EnsureMixture::from_mixture(slack_tokens).hold(hold);
-        self.stages.push(ensure.map(|e| Arc::new(e) as Arc<dyn Operator>).map_err(|e| e.to_string()));
+    pub fn ensure_mixture(mut self, ensure: EnsureMixture) -> Self {
+        self.stages.push(Arc::new(ensure));
         self
     }
 
     /// Packs documents into rows.
     #[must_use]
     pub fn pack(mut self, pack: Pack) -> Self {
-        self.stages.push(Ok(Arc::new(pack)));
+        self.stages.push(Arc::new(pack));
         self
     }
 
-    /// Shuffles records (usually rows) through a buffer of `buffer` per lane.
+    /// Shuffles records (usually rows) through a buffer per lane:
+    /// `.shuffle(Shuffle::buffer(64)?)`, or `Shuffle::buffer(64)?.warm_up()` to emit from the
+    /// start while the buffer fills.
     #[must_use]
-    pub fn shuffle(mut self, buffer: usize) -> Self {
-        self.stages.push(Shuffle::new(buffer).map(|s| Arc::new(s) as Arc<dyn Operator>).map_err(|e| e.to_string()));
-        self
-    }
-
-    /// [`Pipeline::shuffle`], emitting from the start: the buffer grows to `buffer` as
-    /// records arrive (see [`Shuffle::warm_up`]), so the first step does not wait for every
-    /// lane to fill its buffer (with many lanes, most of the time to the first batch).
-    #[must_use]
-    pub fn shuffle_warming_up(mut self, buffer: usize) -> Self {
-        let shuffle = Shuffle::new(buffer).map(Shuffle::warm_up);
-        self.stages.push(shuffle.map(|s| Arc::new(s) as Arc<dyn Operator>).map_err(|e| e.to_string()));
+    pub fn shuffle(mut self, shuffle: Shuffle) -> Self {
+        self.stages.push(Arc::new(shuffle));
         self
     }
 
@@ -144,7 +124,7 @@ impl Pipeline {
     /// states itself.
     #[must_use]
     pub fn then(mut self, op: impl Operator) -> Self {
-        self.stages.push(Ok(Arc::new(op)));
+        self.stages.push(Arc::new(op));
         self
     }
 
@@ -330,8 +310,7 @@ impl Pipeline {
     /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the
     /// mixture and the other operators offer.
     fn operators(&self, shares: Option<&[f64]>) -> Result<Operators> {
-        let ops: Vec<Arc<dyn Operator>> =
-            self.stages.iter().cloned().collect::<std::result::Result<_, String>>().map_err(Error::Build)?;
+        let ops = &self.stages;
         let neighbours: Vec<zephon_core::Neighbour> =
             ops.iter().map(|op| zephon_core::Neighbour { name: op.name().to_string(), offer: op.offer() }).collect();
         let names: Vec<String> = self.mixture.datasets.iter().map(|d| d.name.clone()).collect();
@@ -458,7 +437,7 @@ impl Pipeline {
 
     /// Whether an operator of the pipeline decodes attachments (images).
     fn has_images(&self) -> bool {
-        self.stages.iter().flatten().any(|op| op.offer().decodes.is_some())
+        self.stages.iter().any(|op| op.offer().decodes.is_some())
     }
 
     /// The text bytes of every row (`tokens`: the tokens of its text), or the ones cached for
@@ -549,14 +528,7 @@ mod tests {
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let stages: Vec<String> = self
-            .stages
-            .iter()
-            .map(|s| match s {
-                Ok(op) => op.fingerprint().to_text(),
-                Err(e) => format!("(invalid: {e})"),
-            })
-            .collect();
+        let stages: Vec<String> = self.stages.iter().map(|op| op.fingerprint().to_text()).collect();
         f.debug_struct("Pipeline")
             .field("mixture", &self.mixture)
             .field("operators", &stages)

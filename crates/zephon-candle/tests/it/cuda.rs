@@ -45,7 +45,7 @@ fn values_survive_the_upload_on_every_path() {
 #[test]
 fn the_prefetcher_uploads_ahead_and_keeps_the_data() {
     let spec = || kit::spec(kit::corpus(200, 30, 4), kit::operators(32, 3), 5, 1, Tail::Drop);
-    let topology = Topology::single(4, 8).unwrap();
+    let topology = Topology::builder().lanes(4).rows_per_step(8).build().unwrap();
     let mut engine = Engine::start(spec(), topology, kit::opts(2, 4, 2)).unwrap();
     let source = EngineSource::start(spec(), topology, kit::opts(2, 4, 2)).unwrap();
     let mut pre = Prefetcher::start(source, Sink::new(gpu()), PrefetchOptions { depth: 3, microbatch: None }).unwrap();

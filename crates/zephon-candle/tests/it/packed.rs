@@ -4,7 +4,7 @@
 use candle_core::{DType, Tensor};
 use zephon_candle::Sink;
 use zephon_core::*;
-use zephon_pack::{Algorithm, Pack, PackConfig};
+use zephon_pack::{Algorithm, Pack, PackOptions};
 
 fn flat<T: candle_core::WithDType>(t: &Tensor) -> Vec<T> {
     t.flatten_all().unwrap().to_vec1::<T>().unwrap()
@@ -18,7 +18,7 @@ fn doc(row: u64, n: u32) -> Record {
 
 fn packed_rows() -> Vec<Record> {
     let pack =
-        Pack::new(PackConfig { max_segments: 4, ..PackConfig::new(Algorithm::BestFit { bins: 2 }, 16) }).unwrap();
+        Pack::new(PackOptions { max_segments: 4, ..PackOptions::new(Algorithm::BestFit { bins: 2 }, 16) }).unwrap();
     let mut acc = pack.accumulator(LaneContext { lane: Lane(0), seed: 3 }).unwrap();
     let mut rows = Vec::new();
     for (i, n) in [5, 9, 3, 12, 2, 7, 4].into_iter().enumerate() {

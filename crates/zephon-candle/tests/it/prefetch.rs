@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use zephon_candle::{BoxError, EngineSource, Error, PrefetchOptions, Prefetcher, ResumePoint, Sink, StepSource};
-use zephon_core::{Engine, ExecOptions, Lineage, LocalStep, RunSpec, Step, Tail, Topology};
+use zephon_core::{Engine, ExecOptions, Lineage, LocalStep, Place, RunSpec, Step, Tail, Topology};
 use zephon_testkit as kit;
 
 const LANES: u32 = 4;
@@ -24,7 +24,7 @@ fn opts() -> ExecOptions {
 }
 
 fn topology(w: u32, r: u32) -> Topology {
-    Topology::new(LANES, ROWS, w, r).unwrap()
+    Topology::builder().lanes(LANES).rows_per_step(ROWS).place(Place { rank: r, world_size: w }).build().unwrap()
 }
 
 /// Counts the steps the worker pulled, so a test knows how many wait in the queue.

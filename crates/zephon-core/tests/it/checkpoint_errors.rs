@@ -17,7 +17,12 @@ fn checkpoint_two_ranks(spec: &RunSpec, dir: &Path) {
 }
 
 fn restore_err(spec: RunSpec, w: u32, rank: u32, dir: &Path) -> String {
-    match Engine::restore(spec, Topology::new(4, 8, w, rank).unwrap(), opts(1, 3, 1), dir) {
+    match Engine::restore(
+        spec,
+        Topology::builder().lanes(4).rows_per_step(8).place(Place { rank, world_size: w }).build().unwrap(),
+        opts(1, 3, 1),
+        dir,
+    ) {
         Ok(_) => panic!("restore should fail"),
         Err(e) => e.to_string(),
     }
@@ -31,7 +36,15 @@ fn missing_lane_is_named() {
     let e = restore_err(run_spec(), 1, 0, tmp.path());
     assert!(e.contains("no file holds lane(s) 2, 3"), "{e}");
     // Rank 0 of 2 only needs lanes 0 and 1, which are there.
-    assert!(Engine::restore(run_spec(), Topology::new(4, 8, 2, 0).unwrap(), opts(1, 3, 1), tmp.path()).is_ok());
+    assert!(
+        Engine::restore(
+            run_spec(),
+            Topology::builder().lanes(4).rows_per_step(8).place(Place { rank: 0, world_size: 2 }).build().unwrap(),
+            opts(1, 3, 1),
+            tmp.path()
+        )
+        .is_ok()
+    );
 }
 
 #[test]
@@ -60,7 +73,12 @@ fn a_changed_run_is_refused_with_the_changed_parts() {
     let e = restore_err(s, 2, 0, tmp.path());
     assert!(e.contains("seed was 5 and is now 6"), "{e}");
     // Another lane layout.
-    let e = match Engine::restore(run_spec(), Topology::new(8, 8, 1, 0).unwrap(), opts(1, 3, 1), tmp.path()) {
+    let e = match Engine::restore(
+        run_spec(),
+        Topology::builder().lanes(8).rows_per_step(8).build().unwrap(),
+        opts(1, 3, 1),
+        tmp.path(),
+    ) {
         Ok(_) => panic!("restore should fail"),
         Err(e) => e.to_string(),
     };
@@ -167,13 +185,15 @@ mod never_panics {
 fn a_checkpoint_after_a_step_without_snapshots_is_refused_naming_the_setting() {
     let tmp = tempfile::tempdir().unwrap();
     let never = ExecOptions { snapshot_every: u64::MAX, ..opts(2, 3, 2) };
-    let mut e = Engine::start(run_spec(), Topology::single(4, 8).unwrap(), never).unwrap();
+    let mut e =
+        Engine::start(run_spec(), Topology::builder().lanes(4).rows_per_step(8).build().unwrap(), never).unwrap();
     e.next_step().unwrap();
     let err = e.checkpoint(tmp.path()).unwrap_err().to_string();
     assert!(err.contains("after step 0") && err.contains("never") && err.contains("snapshot_every"), "{err}");
 
     let every_3 = ExecOptions { snapshot_every: 3, ..opts(2, 3, 2) };
-    let mut e = Engine::start(run_spec(), Topology::single(4, 8).unwrap(), every_3).unwrap();
+    let mut e =
+        Engine::start(run_spec(), Topology::builder().lanes(4).rows_per_step(8).build().unwrap(), every_3).unwrap();
     for step in 0..3 {
         e.next_step().unwrap();
         let got = e.checkpoint(&tmp.path().join(format!("s{step}")));

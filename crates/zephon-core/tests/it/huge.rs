@@ -47,7 +47,7 @@ fn checkpoints_inside_a_huge_document_restore_anywhere() {
 
 #[test]
 fn a_lane_inside_a_huge_document_holds_few_steps() {
-    let t = Topology::single(2, 4).unwrap();
+    let t = Topology::builder().lanes(2).rows_per_step(4).build().unwrap();
     let mut e = Engine::start(the_spec(0), t, opts(2, 2, 1)).unwrap();
     for _ in 0..50 {
         let step = e.next_step().unwrap().unwrap();

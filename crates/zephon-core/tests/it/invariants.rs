@@ -43,7 +43,7 @@ proptest! {
         prop_assert_eq!(&got, &reference);
 
         // Microbatches are views: re-stacking them gives the local step's rows and digests.
-        let t = Topology::new(lanes, g, w, 0).unwrap();
+        let t = Topology::builder().lanes(lanes).rows_per_step(g).place(Place { rank: 0, world_size: w }).build().unwrap();
         let mut e = Engine::start(spec.clone(), t, opts(threads, unit, prefetch)).unwrap();
         let step = e.next_step().unwrap().unwrap();
         let local = t.local_rows() as usize;
@@ -106,7 +106,7 @@ proptest! {
         };
         // First part at world size w, every rank in turn, then a checkpoint.
         let mut engines: Vec<Engine> = (0..w)
-            .map(|rank| Engine::start(spec.clone(), Topology::new(lanes, g, w, rank).unwrap(), opts(2, 3, 2)).unwrap())
+            .map(|rank| Engine::start(spec.clone(), Topology::builder().lanes(lanes).rows_per_step(g).place(Place { rank, world_size: w }).build().unwrap(), opts(2, 3, 2)).unwrap())
             .collect();
         let mut ended = false;
         for _ in 0..resume_at {
@@ -120,7 +120,7 @@ proptest! {
             let ws = divisors(lanes);
             let w2 = ws[w2pick % ws.len()];
             let mut engines: Vec<Engine> = (0..w2)
-                .map(|rank| Engine::restore(spec.clone(), Topology::new(lanes, g, w2, rank).unwrap(), opts(2, 2, 1), tmp.path()).unwrap())
+                .map(|rank| Engine::restore(spec.clone(), Topology::builder().lanes(lanes).rows_per_step(g).place(Place { rank, world_size: w2 }).build().unwrap(), opts(2, 2, 1), tmp.path()).unwrap())
                 .collect();
             loop {
                 let steps: Vec<_> = engines.iter_mut().map(|e| e.next_step().unwrap()).collect();

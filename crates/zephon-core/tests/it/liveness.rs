@@ -27,7 +27,9 @@ fn lanes_far_apart_never_stall_the_run() {
         let s = spec(uneven(), ops, 4, 1000, Tail::Drop);
         let mut steps = 0u64;
         for _ in 0..6 {
-            let mut e = Engine::start(s.clone(), Topology::single(8, 8).unwrap(), opts(2, 1, 2)).unwrap();
+            let mut e =
+                Engine::start(s.clone(), Topology::builder().lanes(8).rows_per_step(8).build().unwrap(), opts(2, 1, 2))
+                    .unwrap();
             for _ in 0..1500 {
                 e.next_step().unwrap().unwrap();
                 steps += 1;

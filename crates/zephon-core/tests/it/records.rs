@@ -18,7 +18,8 @@ fn corpus_with_holes() -> Datasets {
 #[test]
 fn a_bad_record_stops_the_run_naming_dataset_shard_and_row() {
     let spec = spec(corpus_with_holes(), operators(16, 0), 5, 1, Tail::Drop);
-    let mut e = Engine::start(spec, Topology::single(2, 2).unwrap(), opts(2, 3, 2)).unwrap();
+    let mut e =
+        Engine::start(spec, Topology::builder().lanes(2).rows_per_step(2).build().unwrap(), opts(2, 3, 2)).unwrap();
     let err = loop {
         match e.next_step() {
             Ok(Some(_)) => continue,
@@ -34,7 +35,12 @@ fn a_bad_record_stops_the_run_naming_dataset_shard_and_row() {
 fn the_failing_step_does_not_depend_on_threads() {
     let spec = spec(corpus_with_holes(), operators(16, 0), 5, 1, Tail::Drop);
     let fail_step = |threads| {
-        let mut e = Engine::start(spec.clone(), Topology::single(2, 2).unwrap(), opts(threads, 1, 3)).unwrap();
+        let mut e = Engine::start(
+            spec.clone(),
+            Topology::builder().lanes(2).rows_per_step(2).build().unwrap(),
+            opts(threads, 1, 3),
+        )
+        .unwrap();
         let mut n = 0;
         loop {
             match e.next_step() {
@@ -57,7 +63,12 @@ fn the_first_bad_record_is_the_one_reported_however_workers_race() {
     let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("tail", "text", shards))]);
     let spec = spec(datasets, operators(16, 0), 1, 1, Tail::Drop);
     let first_error = |threads| {
-        let mut e = Engine::start(spec.clone(), Topology::single(1, 1).unwrap(), opts(threads, 1, 8)).unwrap();
+        let mut e = Engine::start(
+            spec.clone(),
+            Topology::builder().lanes(1).rows_per_step(1).build().unwrap(),
+            opts(threads, 1, 8),
+        )
+        .unwrap();
         loop {
             match e.next_step() {
                 Ok(Some(_)) => continue,
@@ -79,7 +90,19 @@ fn skipped_records_are_counted_and_the_same_on_every_topology() {
     spec.bad_records = BadRecords::Skip;
     let total_skipped = |w: u32| {
         let mut engines: Vec<Engine> = (0..w)
-            .map(|r| Engine::start(spec.clone(), Topology::new(4, 8, w, r).unwrap(), opts(2, 2, 2)).unwrap())
+            .map(|r| {
+                Engine::start(
+                    spec.clone(),
+                    Topology::builder()
+                        .lanes(4)
+                        .rows_per_step(8)
+                        .place(Place { rank: r, world_size: w })
+                        .build()
+                        .unwrap(),
+                    opts(2, 2, 2),
+                )
+                .unwrap()
+            })
             .collect();
         // In a partial tail, ranks end when all their lanes have; compare non-empty lane rows.
         let mut fps = std::collections::BTreeMap::new();
@@ -125,7 +148,8 @@ fn a_panicking_operator_is_reported_not_hung() {
     let datasets = corpus(40, 5, 1);
     let mut s = spec(datasets, Operators::new().then(Explode), 4, 1, Tail::Drop);
     s.tail = Tail::Drop;
-    let mut e = Engine::start(s, Topology::single(1, 1).unwrap(), opts(2, 2, 1)).unwrap();
+    let mut e =
+        Engine::start(s, Topology::builder().lanes(1).rows_per_step(1).build().unwrap(), opts(2, 2, 1)).unwrap();
     let err = loop {
         match e.next_step() {
             Ok(Some(_)) => continue,
@@ -139,7 +163,8 @@ fn a_panicking_operator_is_reported_not_hung() {
 #[test]
 fn batches_stack_equal_rows_and_keep_unequal_ones_ragged() {
     let spec = spec(corpus(100, 20, 4), operators(24, 0), 4, 10, Tail::Drop);
-    let mut e = Engine::start(spec, Topology::single(2, 6).unwrap(), opts(1, 4, 1)).unwrap();
+    let mut e =
+        Engine::start(spec, Topology::builder().lanes(2).rows_per_step(6).build().unwrap(), opts(1, 4, 1)).unwrap();
     let step = e.next_step().unwrap().unwrap();
     let batch = step.to_batch().unwrap();
     assert_eq!(batch.rows(), 6);
@@ -225,7 +250,10 @@ mod contract {
 #[test]
 fn an_accumulator_its_kind_does_not_declare_is_refused() {
     let s = spec(corpus(40, 10, 1), Operators::new().then(contract::Undeclared), 4, 10, Tail::Drop);
-    let e = Engine::start(s, Topology::single(2, 2).unwrap(), opts(1, 2, 1)).err().unwrap().to_string();
+    let e = Engine::start(s, Topology::builder().lanes(2).rows_per_step(2).build().unwrap(), opts(1, 2, 1))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("returns an accumulator but its kind() is map"), "{e}");
 }
 
@@ -243,7 +271,8 @@ fn timings_name_every_part_of_the_pipeline_in_order() {
     let shards = vec![(0..400).map(|i| format!("document {i} ").repeat(20)).collect()];
     let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("t", "text", shards))]);
     let spec = spec(datasets, operators(64, 4), 8, 1, Tail::Drop);
-    let mut e = Engine::start(spec, Topology::single(2, 2).unwrap(), opts(2, 4, 2)).unwrap();
+    let mut e =
+        Engine::start(spec, Topology::builder().lanes(2).rows_per_step(2).build().unwrap(), opts(2, 4, 2)).unwrap();
     while e.next_step().unwrap().is_some() {}
     let t = e.timings();
     let parts: Vec<(&str, &str)> = t.iter().map(|s| (s.name.as_str(), s.part.as_str())).collect();

@@ -23,7 +23,19 @@ fn key(l: Lane) -> String {
 /// part.
 fn run_and_split(spec: &RunSpec, w: u32, steps: u64) -> (Vec<Digest>, SplitCheckpoint) {
     let mut engines: Vec<Engine> = (0..w)
-        .map(|r| Engine::start(spec.clone(), Topology::new(LANES, ROWS, w, r).unwrap(), opts(2, 3, 2)).unwrap())
+        .map(|r| {
+            Engine::start(
+                spec.clone(),
+                Topology::builder()
+                    .lanes(LANES)
+                    .rows_per_step(ROWS)
+                    .place(Place { rank: r, world_size: w })
+                    .build()
+                    .unwrap(),
+                opts(2, 3, 2),
+            )
+            .unwrap()
+        })
         .collect();
     let fps = steps_of(&mut engines, steps);
     let splits: Vec<SplitCheckpoint> = engines.iter().map(|e| e.checkpoint_split().unwrap()).collect();
@@ -50,7 +62,7 @@ fn steps_of(engines: &mut [Engine], steps: u64) -> Vec<Digest> {
 
 /// Rank `rank` of `w` restored from the parts it owns (as a store hands it its template's keys).
 fn restore(spec: &RunSpec, w: u32, rank: u32, all: &SplitCheckpoint) -> Result<Engine> {
-    let t = Topology::new(LANES, ROWS, w, rank).unwrap();
+    let t = Topology::builder().lanes(LANES).rows_per_step(ROWS).place(Place { rank, world_size: w }).build().unwrap();
     let owned: Vec<Lane> = t.owned_lanes().collect();
     let mine = SplitCheckpoint {
         run: all.run.clone(),
@@ -93,7 +105,19 @@ fn the_initial_split_restores_to_the_start() {
     let spec = run_spec();
     let reference = run_ranks(&spec, LANES, ROWS, 2, opts(2, 3, 2), 4, None, None);
     let parts: Vec<SplitCheckpoint> = (0..2)
-        .map(|r| Engine::initial_split(&spec, &Topology::new(LANES, ROWS, 2, r).unwrap(), &opts(2, 3, 2)).unwrap())
+        .map(|r| {
+            Engine::initial_split(
+                &spec,
+                &Topology::builder()
+                    .lanes(LANES)
+                    .rows_per_step(ROWS)
+                    .place(Place { rank: r, world_size: 2 })
+                    .build()
+                    .unwrap(),
+                &opts(2, 3, 2),
+            )
+            .unwrap()
+        })
         .collect();
     assert_eq!(parts[0].run, parts[1].run);
     let all =

@@ -43,7 +43,8 @@ pub fn spec_for(ds: Arc<dyn Dataset>, bad_records: BadRecords) -> RunSpec {
 
 /// Runs to the end; returns the error text, or the skipped count when the run completes.
 pub fn run(spec: RunSpec) -> Result<u64, String> {
-    let mut e = Engine::start(spec, Topology::single(2, 2).unwrap(), opts(2, 3, 2)).map_err(|e| e.to_string())?;
+    let mut e = Engine::start(spec, Topology::builder().lanes(2).rows_per_step(2).build().unwrap(), opts(2, 3, 2))
+        .map_err(|e| e.to_string())?;
     loop {
         match e.next_step() {
             Ok(Some(_)) => {}
@@ -261,7 +262,7 @@ fn a_shard_changed_under_a_checkpoint() {
     let path = shard_with(tmp.path(), br#"{"id": 23, "text": "the original row"}"#);
     let opts = DatasetOptions { cache_dir: Some(tmp.path().join("cache")), ..DatasetOptions::default() };
     let ckpt = tmp.path().join("ckpt");
-    let t = Topology::single(2, 2).unwrap();
+    let t = Topology::builder().lanes(2).rows_per_step(2).build().unwrap();
     let mut e =
         Engine::start(spec_for(open("corpus", &path, &opts).unwrap(), BadRecords::Fail), t, opts_exec()).unwrap();
     e.next_step().unwrap();

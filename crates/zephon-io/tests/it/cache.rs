@@ -61,7 +61,7 @@ fn a_same_size_edit_with_the_mtime_restored_changes_the_version() {
     let version = first.manifest().shards[0].version.clone();
 
     let ckpt = tmp.path().join("ckpt");
-    let t = Topology::single(2, 2).unwrap();
+    let t = Topology::builder().lanes(2).rows_per_step(2).build().unwrap();
     let mut e = Engine::start(spec_for(first.clone()), t, opts(1, 3, 1)).unwrap();
     e.next_step().unwrap();
     e.checkpoint(&ckpt).unwrap();

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use proptest::prelude::*;
 use zephon_core::*;
-use zephon_mix::{Balance, Exhaustion, MixtureSource, Order, RowOrder, SourceConfig};
+use zephon_mix::{Balance, Exhaustion, MixtureSource, Order, RowOrder, SourceOptions};
 use zephon_testkit::{operators, opts, rank_process, run_ranks, spawn_ranks};
 
 use crate::data::*;
@@ -21,7 +21,7 @@ fn corpora(format: &str) -> Datasets {
 
 fn mixed_spec(format: &str, exhaustion: Exhaustion, tail: Tail, shuffle: usize) -> RunSpec {
     let datasets = corpora(format);
-    let config = SourceConfig {
+    let config = SourceOptions {
         seed: 17,
         chunk_size: 12,
         chunk_tokens: None,
@@ -77,7 +77,14 @@ proptest! {
 /// rest restored at the second. Also the tokens the end of the data left out that had been
 /// read: what lanes cut off held, and the final partial step of the others.
 fn delivered(spec: &RunSpec, lanes: u32, (w1, w2): (u32, u32), before: u64) -> (Coverage, Left) {
-    let t = |w, r| Topology::new(lanes, lanes * 2, w, r).unwrap();
+    let t = |w, r| {
+        Topology::builder()
+            .lanes(lanes)
+            .rows_per_step(lanes * 2)
+            .place(Place { rank: r, world_size: w })
+            .build()
+            .unwrap()
+    };
     let mut coverage: BTreeMap<SampleId, Vec<(u32, u32)>> = BTreeMap::new();
     let mut take = |steps: Vec<Option<LocalStep>>| {
         for s in steps.iter().flatten() {
@@ -142,7 +149,7 @@ fn every_real_row_is_delivered_exactly_once() {
     )
     .unwrap();
     let datasets = Datasets::new(vec![a, b]);
-    let config = SourceConfig { seed: 5, chunk_size: 32, exhaustion: Exhaustion::Redistribute, ..Default::default() };
+    let config = SourceOptions { seed: 5, chunk_size: 32, exhaustion: Exhaustion::Redistribute, ..Default::default() };
     let source = MixtureSource::new(&datasets.manifests(), &[0.3, 0.7], config).unwrap();
     let spec = RunSpec {
         operators: operators(256, 5),
@@ -188,7 +195,7 @@ fn under_drop_an_epoch_delivers_pieces_at_most_once() {
     let lengths = &data.lengths;
     let total: u64 = lengths.values().map(|&n| u64::from(n)).sum();
     let lost = |chunk_tokens: Option<u64>, balance: Balance| -> u64 {
-        let config = SourceConfig {
+        let config = SourceOptions {
             seed: 3,
             chunk_size: 64,
             chunk_tokens,
@@ -261,7 +268,7 @@ struct ShortAndLong {
 impl ShortAndLong {
     /// One pass of both under `tail = "drop"`, mixed 1 : 1 by samples, dealt to `lanes`
     /// lanes (the end shared out by each row's tokens if `config` asks).
-    fn drop_spec(&self, config: SourceConfig, lanes: u32) -> RunSpec {
+    fn drop_spec(&self, config: SourceOptions, lanes: u32) -> RunSpec {
         let source = MixtureSource::new(&self.datasets.manifests(), &[1.0, 1.0], config)
             .unwrap()
             .balance_by_rows(&self.row_tokens, lanes)
@@ -317,7 +324,7 @@ proptest! {
         let lengths = &data.lengths;
         let ws = divisors(lanes);
         let (w1, w2) = (ws[w1_pick % ws.len()], ws[w2_pick % ws.len()]);
-        let config = SourceConfig {
+        let config = SourceOptions {
             seed: 11,
             chunk_size: 64,
             chunk_tokens,

@@ -30,7 +30,7 @@ fn one_pass_hands_out_every_row_exactly_once_for_any_lane_count() {
             Order { shuffle_shards: true, rows: RowOrder::Blocks { size: 1000 } },
             Order { shuffle_shards: false, rows: RowOrder::Global },
         ] {
-            let config = SourceConfig {
+            let config = SourceOptions {
                 seed: 9,
                 chunk_size: 100,
                 order,
@@ -63,7 +63,7 @@ fn one_pass_hands_out_every_row_exactly_once_for_any_lane_count() {
 #[test]
 fn repeat_hands_out_each_pass_exactly_once_in_a_new_order() {
     let m = manifests("parquet");
-    let config = SourceConfig { seed: 4, chunk_size: 128, exhaustion: Exhaustion::Repeat, ..Default::default() };
+    let config = SourceOptions { seed: 4, chunk_size: 128, exhaustion: Exhaustion::Repeat, ..Default::default() };
     let source = MixtureSource::new(&m, &[0.5, 0.5], config).unwrap();
     assert_eq!(source.len(), None);
     // Dataset b (index 1) is the smaller: walk until three passes of it are out.
@@ -89,7 +89,7 @@ fn repeat_hands_out_each_pass_exactly_once_in_a_new_order() {
 fn stop_ends_when_the_first_dataset_runs_out() {
     let m = manifests("jsonl");
     let config =
-        SourceConfig { seed: 1, chunk_size: 50, exhaustion: Exhaustion::Stop, passes: 2, ..Default::default() };
+        SourceOptions { seed: 1, chunk_size: 50, exhaustion: Exhaustion::Stop, passes: 2, ..Default::default() };
     let source = MixtureSource::new(&m, &[0.5, 0.5], config).unwrap();
     let end = source.len().unwrap();
     let draws = source.draws_before(end);
@@ -118,7 +118,7 @@ fn the_end_shared_out_by_row_sizes_still_hands_out_every_row_once() {
         let largest = tokens.iter().flatten().copied().max().unwrap_or(0) as u64;
         for exhaustion in [Exhaustion::Redistribute, Exhaustion::Stop] {
             let config =
-                SourceConfig { seed: 3, chunk_size: 64, exhaustion, balance: Balance::RowSizes, ..Default::default() };
+                SourceOptions { seed: 3, chunk_size: 64, exhaustion, balance: Balance::RowSizes, ..Default::default() };
             for lanes in [1u32, 3, 8, 64] {
                 let source =
                     MixtureSource::new(&m, &[0.3, 0.7], config).unwrap().balance_by_rows(&tokens, lanes).unwrap();

@@ -47,7 +47,7 @@ fn window_shares_hold(source: &MixtureSource, weights: &[f64], chunks: u64, chun
 fn real_corpora_shares_hold_in_every_window_of_10_chunks() {
     let m = crate::manifests("parquet");
     for weights in [[0.5, 0.5], [0.9, 0.1], [0.23, 0.77]] {
-        let config = SourceConfig { seed: 2, chunk_size: 256, exhaustion: Exhaustion::Repeat, ..Default::default() };
+        let config = SourceOptions { seed: 2, chunk_size: 256, exhaustion: Exhaustion::Repeat, ..Default::default() };
         let source = MixtureSource::new(&m, &weights, config).unwrap();
         window_shares_hold(&source, &weights, 200, 256);
     }
@@ -63,7 +63,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let m = synthetic(&vec![10_000; weights.len()]);
-        let config = SourceConfig { seed, chunk_size: chunk_size as u32, exhaustion: Exhaustion::Repeat, ..Default::default() };
+        let config = SourceOptions { seed, chunk_size: chunk_size as u32, exhaustion: Exhaustion::Repeat, ..Default::default() };
         let source = MixtureSource::new(&m, &weights, config).unwrap();
         window_shares_hold(&source, &weights, 40, chunk_size);
         // Closed-form counts agree with the chunks.
@@ -85,7 +85,7 @@ proptest! {
     ) {
         let weights: Vec<f64> = (0..rows.len()).map(|i| 1.0 + ((weights_seed >> (i * 8)) & 0xff) as f64).collect();
         let m = synthetic(&rows);
-        let config = SourceConfig { seed: weights_seed, chunk_size, exhaustion: Exhaustion::Redistribute, passes, ..Default::default() };
+        let config = SourceOptions { seed: weights_seed, chunk_size, exhaustion: Exhaustion::Redistribute, passes, ..Default::default() };
         let source = MixtureSource::new(&m, &weights, config).unwrap();
         let total: u64 = rows.iter().sum::<u64>() * passes;
         prop_assert_eq!(source.len(), Some(total));
@@ -118,9 +118,9 @@ proptest! {
         let m = synthetic(&rows);
         let weights: Vec<f64> = (0..rows.len()).map(|i| 1.0 + ((seed >> (i * 8)) & 0xff) as f64).collect();
         let exhaustion = if redistribute { Exhaustion::Redistribute } else { Exhaustion::Stop };
-        let by_samples = SourceConfig { seed, chunk_size: 1, exhaustion, ..Default::default() };
+        let by_samples = SourceOptions { seed, chunk_size: 1, exhaustion, ..Default::default() };
         let reference = MixtureSource::new(&m, &weights, by_samples).unwrap();
-        let by_tokens = SourceConfig { chunk_tokens: Some(chunk_tokens), ..by_samples };
+        let by_tokens = SourceOptions { chunk_tokens: Some(chunk_tokens), ..by_samples };
         let cost = &row_tokens[..rows.len()];
         let source = MixtureSource::new(&m, &weights, by_tokens).unwrap().with_row_tokens(cost).unwrap();
         let mut stream = Vec::new();
@@ -141,14 +141,14 @@ proptest! {
 #[test]
 fn bad_settings_are_errors() {
     let m = synthetic(&[10, 10]);
-    let c = SourceConfig::default();
+    let c = SourceOptions::default();
     assert!(MixtureSource::new(&m, &[1.0], c).is_err());
     assert!(MixtureSource::new(&m, &[0.0, 0.0], c).is_err());
     assert!(MixtureSource::new(&m, &[-1.0, 1.0], c).is_err());
     assert!(MixtureSource::new(&m, &[f64::NAN, 1.0], c).is_err());
     assert!(MixtureSource::new(&synthetic(&[0, 10]), &[1.0, 1.0], c).is_err());
-    assert!(MixtureSource::new(&m, &[1.0, 1.0], SourceConfig { chunk_size: 0, ..c }).is_err());
-    assert!(MixtureSource::new(&m, &[1.0, 1.0], SourceConfig { chunk_tokens: Some(0), ..c }).is_err());
+    assert!(MixtureSource::new(&m, &[1.0, 1.0], SourceOptions { chunk_size: 0, ..c }).is_err());
+    assert!(MixtureSource::new(&m, &[1.0, 1.0], SourceOptions { chunk_tokens: Some(0), ..c }).is_err());
     let two = MixtureSource::new(&m, &[1.0, 1.0], c).unwrap();
     assert!(two.with_row_tokens(&[1.0]).is_err());
     let two = MixtureSource::new(&m, &[1.0, 1.0], c).unwrap();
@@ -177,9 +177,9 @@ proptest! {
         let weights: Vec<f64> = (0..rows.len()).map(|i| 1.0 + ((seed >> (i * 8)) & 0xff) as f64).collect();
         let exhaustion = if redistribute { Exhaustion::Redistribute } else { Exhaustion::Stop };
         let config = if by_tokens {
-            SourceConfig { seed, chunk_tokens: Some(chunk), exhaustion, ..Default::default() }
+            SourceOptions { seed, chunk_tokens: Some(chunk), exhaustion, ..Default::default() }
         } else {
-            SourceConfig { seed, chunk_size: (chunk % 300 + 1) as u32, exhaustion, ..Default::default() }
+            SourceOptions { seed, chunk_size: (chunk % 300 + 1) as u32, exhaustion, ..Default::default() }
         };
         let cost = &row_tokens[..rows.len()];
         let source = MixtureSource::new(&m, &weights, config).unwrap().with_row_tokens(cost).unwrap();

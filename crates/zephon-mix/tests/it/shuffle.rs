@@ -17,8 +17,8 @@ fn data() -> Datasets {
 #[test]
 fn both_kinds_of_buffer_are_the_same_at_every_topology_and_across_restores() {
     let options = CheckOptions { steps: 12, ..CheckOptions::default() };
-    check_in_engine(|| Shuffle::new(16).unwrap(), data(), options).unwrap();
-    let report = check_in_engine(|| Shuffle::new(16).unwrap().warm_up(), data(), options).unwrap();
+    check_in_engine(|| Shuffle::buffer(16).unwrap(), data(), options).unwrap();
+    let report = check_in_engine(|| Shuffle::buffer(16).unwrap().warm_up(), data(), options).unwrap();
     assert!(report.configurations.len() >= 8, "{report:?}");
 }
 
@@ -26,8 +26,8 @@ fn both_kinds_of_buffer_are_the_same_at_every_topology_and_across_restores() {
 fn a_warming_up_buffer_emits_from_its_second_record_and_loses_none() {
     let record = |row| Record::new(Lineage::single(Fragment::whole(SampleId { dataset: 0, shard: 0, row })));
     let ctx = LaneContext { lane: Lane(0), seed: 3 };
-    let mut cold = Shuffle::new(64).unwrap().accumulator(ctx).unwrap();
-    let mut warm = Shuffle::new(64).unwrap().warm_up().accumulator(ctx).unwrap();
+    let mut cold = Shuffle::buffer(64).unwrap().accumulator(ctx).unwrap();
+    let mut warm = Shuffle::buffer(64).unwrap().warm_up().accumulator(ctx).unwrap();
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for row in 0..100 {
         cold.push(record(row), &mut a).unwrap();
@@ -94,8 +94,8 @@ fn a_buffer_that_keeps_shares_stays_within_the_limit_and_resumes_exactly() {
         acc.finish(&mut out).unwrap();
         out
     };
-    let plain = Shuffle::new(64).unwrap();
-    let keeping = Shuffle::new(64).unwrap().keep_shares(&shares, limit).unwrap();
+    let plain = Shuffle::buffer(64).unwrap();
+    let keeping = Shuffle::buffer(64).unwrap().keep_shares(&shares, limit).unwrap();
     let (a, b) = (run(&plain, None), run(&keeping, None));
     // Before the final flush, which is not steered.
     let steered = stream.len() - 64;

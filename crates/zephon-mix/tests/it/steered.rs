@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use zephon_core::*;
-use zephon_mix::{EnsureMixture, Exhaustion, SourceConfig, SteeredSource};
+use zephon_mix::{EnsureMixture, Exhaustion, SourceOptions, SteeredSource};
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, WrapPack, opts};
 
 /// Three datasets of very different document lengths (in byte tokens): one to four words,
@@ -33,7 +33,7 @@ const PER_ROW: [f64; 3] = [13.5, 126.0, 1251.0];
 
 fn run_spec(shares: &[f64], exhaustion: Exhaustion, chunk_tokens: u64, ensure: bool, tail: Tail) -> RunSpec {
     let datasets = datasets();
-    let config = SourceConfig { seed: 3, exhaustion, chunk_tokens: Some(chunk_tokens), ..SourceConfig::default() };
+    let config = SourceOptions { seed: 3, exhaustion, chunk_tokens: Some(chunk_tokens), ..SourceOptions::default() };
     let source = SteeredSource::new(&datasets.manifests(), shares, config, &PER_ROW, None).expect("valid mixture");
     let mut ops = Operators::new().then(ByteTokenize);
     if ensure {
@@ -64,7 +64,12 @@ fn run(
     let rows = 2 * lanes;
     let mut engines: Vec<Engine> = (0..w)
         .map(|r| {
-            let t = Topology::new(lanes, rows, w, r).unwrap();
+            let t = Topology::builder()
+                .lanes(lanes)
+                .rows_per_step(rows)
+                .place(Place { rank: r, world_size: w })
+                .build()
+                .unwrap();
             match from {
                 Some(s) => {
                     let owned: Vec<Lane> = t.owned_lanes().collect();
@@ -124,7 +129,9 @@ proptest! {
 /// Tokens per dataset of every row a run at one lane delivers, step by step, and each row's
 /// lineage.
 fn delivered(spec: &RunSpec, steps: u64) -> (Vec<[u64; 3]>, Vec<Lineage>) {
-    let mut e = Engine::start(spec.clone(), Topology::new(1, 2, 1, 0).unwrap(), opts(2, 3, 2)).unwrap();
+    let mut e =
+        Engine::start(spec.clone(), Topology::builder().lanes(1).rows_per_step(2).build().unwrap(), opts(2, 3, 2))
+            .unwrap();
     let (mut tokens, mut by_step, mut lineage) = ([0u64; 3], Vec::new(), Vec::new());
     for _ in 0..steps {
         let Some(step) = e.next_step().unwrap() else { break };

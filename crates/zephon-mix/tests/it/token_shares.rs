@@ -60,10 +60,11 @@ fn token_estimates_plan_50_50_token_shares_within_2_percent_over_50m_tokens() {
     );
     let datasets = corpora("jsonl");
     let count = |t: &str| tok.encode(t, false).map(|e| e.len()).map_err(|e| e.to_string());
-    let est =
-        estimate(&datasets, &["text"; 2], &count, EstimateConfig { threads: 2, ..EstimateConfig::default() }).unwrap();
+    let est = estimate(&datasets, &["text"; 2], &count, EstimateOptions { threads: 2, ..EstimateOptions::default() })
+        .unwrap();
     let weights = weights_for_token_shares(&est, &[0.5, 0.5]).unwrap();
-    let config = SourceConfig { seed: 11, chunk_size: 512, exhaustion: Exhaustion::Repeat, ..SourceConfig::default() };
+    let config =
+        SourceOptions { seed: 11, chunk_size: 512, exhaustion: Exhaustion::Repeat, ..SourceOptions::default() };
     let source = MixtureSource::new(&datasets.manifests(), &weights, config).unwrap();
 
     let counts = exact_counts(&datasets, &tok);
@@ -108,7 +109,7 @@ fn token_estimates_are_restored_from_the_checkpoint_not_remeasured() {
     let spec_from = |est: &[TokenEstimate]| {
         let weights = weights_for_token_shares(est, &[0.5, 0.5]).unwrap();
         let config =
-            SourceConfig { seed: 3, chunk_size: 16, exhaustion: Exhaustion::Repeat, ..SourceConfig::default() };
+            SourceOptions { seed: 3, chunk_size: 16, exhaustion: Exhaustion::Repeat, ..SourceOptions::default() };
         RunSpec {
             operators: operators(128, 4),
             source: Arc::new(MixtureSource::new(&manifests, &weights, config).unwrap()),
@@ -129,6 +130,11 @@ fn token_estimates_are_restored_from_the_checkpoint_not_remeasured() {
     assert_eq!(got, reference);
     // Different estimates would change the plan: the checkpoint refuses them.
     let other = vec![declared(&manifests[0], 0.5), declared(&manifests[1], 0.27)];
-    let e = Engine::restore(spec_from(&other), Topology::new(4, 8, 1, 0).unwrap(), opts(1, 4, 1), tmp.path());
+    let e = Engine::restore(
+        spec_from(&other),
+        Topology::builder().lanes(4).rows_per_step(8).build().unwrap(),
+        opts(1, 4, 1),
+        tmp.path(),
+    );
     assert!(e.err().unwrap().to_string().contains("work source was"));
 }

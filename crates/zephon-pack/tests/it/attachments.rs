@@ -22,7 +22,7 @@ fn operators(alg: Algorithm, seq_len: usize, shuffle: usize, transpose: bool) ->
 }
 
 fn operators_ending(alg: Algorithm, seq_len: usize, shuffle: usize, transpose: bool, end: EndOfData) -> Operators {
-    let config = PackConfig { max_segments: 6.min(seq_len), end_of_data: end, ..PackConfig::new(alg, seq_len) };
+    let config = PackOptions { max_segments: 6.min(seq_len), end_of_data: end, ..PackOptions::new(alg, seq_len) };
     let ops = Operators::new()
         .then(ImageTokenize { transpose })
         .then(Split { max: seq_len })
@@ -37,7 +37,19 @@ fn algorithm(i: usize) -> Algorithm {
 /// Per step, per lane: the digest of the lane's rows taken back out of microbatches of `m`.
 fn through_microbatches(spec: &RunSpec, lanes: u32, rows: u32, w: u32, m: usize, steps: u64) -> Vec<Digest> {
     let mut engines: Vec<Engine> = (0..w)
-        .map(|r| Engine::start(spec.clone(), Topology::new(lanes, rows, w, r).unwrap(), opts(2, 2, 2)).unwrap())
+        .map(|r| {
+            Engine::start(
+                spec.clone(),
+                Topology::builder()
+                    .lanes(lanes)
+                    .rows_per_step(rows)
+                    .place(Place { rank: r, world_size: w })
+                    .build()
+                    .unwrap(),
+                opts(2, 2, 2),
+            )
+            .unwrap()
+        })
         .collect();
     let mut out = Vec::new();
     for _ in 0..steps {
@@ -115,7 +127,17 @@ fn every_image_arrives_exactly_once_per_epoch_whole_and_in_place() {
             let mut seen: BTreeMap<(SampleId, u32), usize> = BTreeMap::new();
             let mut engines: Vec<Engine> = (0..w)
                 .map(|r| {
-                    Engine::start(s.clone(), Topology::new(lanes, lanes * 2, w, r).unwrap(), opts(2, 2, 2)).unwrap()
+                    Engine::start(
+                        s.clone(),
+                        Topology::builder()
+                            .lanes(lanes)
+                            .rows_per_step(lanes * 2)
+                            .place(Place { rank: r, world_size: w })
+                            .build()
+                            .unwrap(),
+                        opts(2, 2, 2),
+                    )
+                    .unwrap()
                 })
                 .collect();
             for e in &mut engines {

@@ -83,7 +83,7 @@ pub fn int(r: &Record, name: &str) -> i64 {
 
 /// Checks one row against the layout contract, recomputing everything from `segment_ids`,
 /// and its ids against the synthetic documents (`tok`).
-pub fn check_row(c: &PackConfig, row: &Record) -> Result<(), TestCaseError> {
+pub fn check_row(c: &PackOptions, row: &Record) -> Result<(), TestCaseError> {
     let t = c.seq_len;
     let (ids, labels, pos, seg, mask) =
         (u32s(row, INPUT_IDS), i32s(row, LABELS), i32s(row, POSITIONS), i32s(row, SEGMENT_IDS), u8s(row, LOSS_MASK));
@@ -176,7 +176,7 @@ pub fn coverage(rows: &[Record]) -> BTreeMap<(u64, u32), u32> {
 
 /// The positions the packer must keep from `inputs`: all of them under split, the first T of
 /// each input piece under truncate.
-pub fn expected_coverage(c: &PackConfig, inputs: &[Record]) -> BTreeMap<(u64, u32), u32> {
+pub fn expected_coverage(c: &PackOptions, inputs: &[Record]) -> BTreeMap<(u64, u32), u32> {
     let mut want = BTreeMap::new();
     for r in inputs {
         let f = *r.lineage().as_single().unwrap();
@@ -192,7 +192,7 @@ pub fn expected_coverage(c: &PackConfig, inputs: &[Record]) -> BTreeMap<(u64, u3
 }
 
 /// A random valid config: T up to 40, so that documents longer than T are common.
-pub fn configs() -> impl Strategy<Value = PackConfig> {
+pub fn configs() -> impl Strategy<Value = PackOptions> {
     (
         1usize..40,
         prop_oneof![Just(0usize), 1usize..7],
@@ -210,14 +210,14 @@ pub fn configs() -> impl Strategy<Value = PackConfig> {
                 (b, false) => Algorithm::FirstFit { bins: b },
                 (b, true) => Algorithm::BestFit { bins: b },
             };
-            PackConfig {
+            PackOptions {
                 max_segments: s.min(t),
                 long,
                 pad_id,
                 ignore_index,
                 end_of_data,
                 warm_up,
-                ..PackConfig::new(algorithm, t)
+                ..PackOptions::new(algorithm, t)
             }
         })
 }

@@ -10,20 +10,24 @@ const LANES: u32 = 4;
 const ROWS: u32 = 8;
 const STEPS: u64 = 10;
 
-fn packers() -> Vec<PackConfig> {
+fn packers() -> Vec<PackOptions> {
     // Byte tokens: documents of 1..=60 words are ~5..360 tokens, often longer than T = 96.
     vec![
-        PackConfig { max_segments: 6, ..PackConfig::new(Algorithm::Wrap, 96) },
-        PackConfig { max_segments: 4, ..PackConfig::new(Algorithm::FirstFit { bins: 3 }, 96) },
-        PackConfig { max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 5 }, 96) },
-        PackConfig { long: LongDocs::Truncate, max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 5 }, 96) },
+        PackOptions { max_segments: 6, ..PackOptions::new(Algorithm::Wrap, 96) },
+        PackOptions { max_segments: 4, ..PackOptions::new(Algorithm::FirstFit { bins: 3 }, 96) },
+        PackOptions { max_segments: 8, ..PackOptions::new(Algorithm::BestFit { bins: 5 }, 96) },
+        PackOptions {
+            long: LongDocs::Truncate,
+            max_segments: 8,
+            ..PackOptions::new(Algorithm::BestFit { bins: 5 }, 96)
+        },
         // Warming up: 1, 2, 4, ... open rows, 64 after 6 rows a lane (about where the first
         // checkpoint below falls; restores inside the ramp: `restore.rs`).
-        PackConfig { warm_up: true, max_segments: 8, ..PackConfig::new(Algorithm::BestFit { bins: 64 }, 96) },
+        PackOptions { warm_up: true, max_segments: 8, ..PackOptions::new(Algorithm::BestFit { bins: 64 }, 96) },
     ]
 }
 
-fn run_spec(config: &PackConfig, shuffle: usize) -> RunSpec {
+fn run_spec(config: &PackOptions, shuffle: usize) -> RunSpec {
     let ops = Operators::new().then(ByteTokenize).then(Pack::new(config.clone()).unwrap());
     let ops = if shuffle > 0 { ops.then(ShuffleBuffer { size: shuffle }) } else { ops };
     spec(corpus(800, 60, 4), ops, 5, 1000, Tail::Drop)
@@ -54,7 +58,7 @@ fn steps_are_identical_at_any_world_size_and_across_restores() {
 #[test]
 fn rows_from_the_engine_have_the_packed_shape() {
     let config = packers()[2].clone();
-    let t = Topology::new(LANES, ROWS, 1, 0).unwrap();
+    let t = Topology::builder().lanes(LANES).rows_per_step(ROWS).build().unwrap();
     let mut e = Engine::start(run_spec(&config, 0), t, opts(2, 4, 1)).unwrap();
     let step = e.next_step().unwrap().unwrap();
     let mut tokens = 0;

@@ -100,7 +100,7 @@ impl Fill {
     }
 }
 
-fn pack(config: &PackConfig, docs: &[Record], total: u64) -> Fill {
+fn pack(config: &PackOptions, docs: &[Record], total: u64) -> Fill {
     let pack = Pack::new(config.clone()).unwrap();
     let mut acc = pack.accumulator(LaneContext { lane: Lane(0), seed: 0 }).unwrap();
     let mut rows = Vec::new();
@@ -149,8 +149,8 @@ fn stats(docs: &[Record]) -> (u64, usize) {
 fn report(title: &str, docs: &[Record]) -> BTreeMap<&'static str, Fill> {
     let (total, longer) = stats(docs);
     println!("\n{title}: {} documents ({longer} longer than {T}), {total} tokens", docs.len());
-    let with = |algorithm, long| PackConfig { long, ..PackConfig::new(algorithm, T) };
-    let configs: Vec<(&'static str, PackConfig)> = vec![
+    let with = |algorithm, long| PackOptions { long, ..PackOptions::new(algorithm, T) };
+    let configs: Vec<(&'static str, PackOptions)> = vec![
         ("wrap", with(Algorithm::Wrap, LongDocs::Split)),
         ("first-fit 64", with(Algorithm::FirstFit { bins: 64 }, LongDocs::Split)),
         ("best-fit 64", with(Algorithm::BestFit { bins: 64 }, LongDocs::Split)),

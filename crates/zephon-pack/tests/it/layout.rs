@@ -69,7 +69,7 @@ proptest! {
                 let mut end = Vec::new();
                 acc.finish(&mut end).unwrap();
                 prop_assert_eq!(&rows[..before.len()], &before[..]);
-                let wrap = Pack::new(PackConfig { algorithm: Algorithm::Wrap, long: LongDocs::Split, ..c.clone() }).unwrap();
+                let wrap = Pack::new(PackOptions { algorithm: Algorithm::Wrap, long: LongDocs::Split, ..c.clone() }).unwrap();
                 prop_assert_eq!(&end, &pack_all(&wrap, &held), "the end is wrap over the held pieces");
                 for row in end.iter().rev().skip(1) {
                     let full = int(row, NUM_TOKENS) as usize == c.seq_len;
@@ -80,8 +80,8 @@ proptest! {
     }
 }
 
-fn config(algorithm: Algorithm, t: usize, s: usize) -> PackConfig {
-    PackConfig { max_segments: s, ..PackConfig::new(algorithm, t) }
+fn config(algorithm: Algorithm, t: usize, s: usize) -> PackOptions {
+    PackOptions { max_segments: s, ..PackOptions::new(algorithm, t) }
 }
 
 /// The (sample row, length) of each segment of each row.
@@ -89,7 +89,7 @@ fn shape(rows: &[Record]) -> Vec<Vec<(u64, u32)>> {
     rows.iter().map(|r| r.lineage().fragments().iter().map(|f| (f.sample.row, f.len())).collect()).collect()
 }
 
-fn run(c: PackConfig, lens: &[u32]) -> Vec<Vec<(u64, u32)>> {
+fn run(c: PackOptions, lens: &[u32]) -> Vec<Vec<(u64, u32)>> {
     let docs: Vec<Record> = lens.iter().enumerate().map(|(i, &n)| piece(i as u64, 0, n)).collect();
     shape(&pack_all(&Pack::new(c).unwrap(), &docs))
 }
@@ -104,7 +104,7 @@ fn wrap_cuts_every_t_tokens_and_ends_rows_at_max_segments() {
     assert_eq!(run(config(Algorithm::Wrap, 4, 2), &[1, 1, 1]), vec![vec![(0, 1), (1, 1)], vec![(2, 1)]]);
     // One segment a row: one document per row, split.
     assert_eq!(run(config(Algorithm::Wrap, 4, 1), &[5, 2]), vec![vec![(0, 4)], vec![(0, 1)], vec![(1, 2)]]);
-    let truncate = PackConfig { long: LongDocs::Truncate, ..config(Algorithm::Wrap, 4, 4) };
+    let truncate = PackOptions { long: LongDocs::Truncate, ..config(Algorithm::Wrap, 4, 4) };
     assert_eq!(run(truncate, &[9, 2]), vec![vec![(0, 4)], vec![(1, 2)]]);
 }
 
@@ -133,9 +133,9 @@ fn a_warming_up_fit_packer_opens_rows_one_then_two_then_four() {
     // second document needs a row (0 emitted: 1 open row), the next one with 2 open, and so on.
     let lens = [6, 6, 6, 6, 6, 6, 6];
     let cold = run(config(Algorithm::BestFit { bins: 4 }, 10, 8), &lens);
-    let warm = run(PackConfig { warm_up: true, ..config(Algorithm::BestFit { bins: 4 }, 10, 8) }, &lens);
+    let warm = run(PackOptions { warm_up: true, ..config(Algorithm::BestFit { bins: 4 }, 10, 8) }, &lens);
     assert_eq!(cold, warm, "the same rows (each holds one document), only emitted sooner");
-    let pack = |warm_up| Pack::new(PackConfig { warm_up, ..config(Algorithm::BestFit { bins: 4 }, 10, 8) }).unwrap();
+    let pack = |warm_up| Pack::new(PackOptions { warm_up, ..config(Algorithm::BestFit { bins: 4 }, 10, 8) }).unwrap();
     let emitted_after_each = |pack: &Pack| {
         let mut acc = accumulator(pack);
         let mut rows = Vec::new();
@@ -182,7 +182,7 @@ fn full_rows_leave_at_once_and_the_fullest_makes_way() {
 fn long_documents_split_or_truncate_under_fit() {
     let split = config(Algorithm::BestFit { bins: 4 }, 4, 4);
     assert_eq!(run(split.clone(), &[10]), vec![vec![(0, 4)], vec![(0, 4)], vec![(0, 2)]]);
-    let truncate = PackConfig { long: LongDocs::Truncate, ..split };
+    let truncate = PackOptions { long: LongDocs::Truncate, ..split };
     assert_eq!(run(truncate, &[10, 1]), vec![vec![(0, 4)], vec![(1, 1)]]);
 }
 
@@ -230,7 +230,7 @@ fn bad_records_are_data_errors_and_leave_the_state_alone() {
 
 #[test]
 fn other_input_fields_and_custom_names() {
-    let c = PackConfig { input_field: "ids".into(), pad_id: 7, ignore_index: -1, ..config(Algorithm::Wrap, 4, 2) };
+    let c = PackOptions { input_field: "ids".into(), pad_id: 7, ignore_index: -1, ..config(Algorithm::Wrap, 4, 2) };
     let rec = Record::new(Lineage::single(Fragment::range(sample(0), 0, 2).unwrap()))
         .with(&"ids".into(), Value::seq::<u32>(vec![5, 6]))
         .with(&"tokens".into(), Value::Str("ignored".into()));
@@ -243,8 +243,8 @@ fn other_input_fields_and_custom_names() {
 #[test]
 fn operator_surface() {
     for (bad, want) in [
-        (PackConfig::new(Algorithm::Wrap, 0), PackError::ZeroSeqLen),
-        (PackConfig::new(Algorithm::BestFit { bins: 0 }, 8), PackError::ZeroBins),
+        (PackOptions::new(Algorithm::Wrap, 0), PackError::ZeroSeqLen),
+        (PackOptions::new(Algorithm::BestFit { bins: 0 }, 8), PackError::ZeroBins),
         (config(Algorithm::Wrap, 8, 0), PackError::ZeroMaxSegments),
     ] {
         assert_eq!(Pack::new(bad).unwrap_err(), want);

@@ -74,9 +74,10 @@ fn imports_refuse_states_the_packer_cannot_be_in() {
     let rebuilt = |store: &mut Store, st: &AccumulatorState| {
         st.buffered.iter().map(|l| store.exact(l)).collect::<Result<Vec<_>, _>>().unwrap()
     };
-    let wrap = Pack::new(PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::Wrap, 8) }).unwrap();
-    let fit = Pack::new(PackConfig { max_segments: 3, ..PackConfig::new(Algorithm::BestFit { bins: 2 }, 8) }).unwrap();
-    let warming = Pack::new(PackConfig { warm_up: true, ..fit.config().clone() }).unwrap();
+    let wrap = Pack::new(PackOptions { max_segments: 3, ..PackOptions::new(Algorithm::Wrap, 8) }).unwrap();
+    let fit =
+        Pack::new(PackOptions { max_segments: 3, ..PackOptions::new(Algorithm::BestFit { bins: 2 }, 8) }).unwrap();
+    let warming = Pack::new(PackOptions { warm_up: true, ..fit.config().clone() }).unwrap();
     let single = |row: u64, start: u32, end: u32| Lineage::single(Fragment::range(sample(row), start, end).unwrap());
     let cases: Vec<(&Pack, AccumulatorState)> = vec![
         (&wrap, AccumulatorState { values: vec![], buffered: vec![] }),
@@ -128,7 +129,7 @@ fn imports_refuse_states_the_packer_cannot_be_in() {
 #[test]
 fn rebuild_refuses_lineages_the_packer_never_emits() {
     let mut store = Store(vec![piece(0, 0, 10), piece(1, 0, 10), piece(2, 0, 10)]);
-    let pack = Pack::new(PackConfig { max_segments: 2, ..PackConfig::new(Algorithm::Wrap, 8) }).unwrap();
+    let pack = Pack::new(PackOptions { max_segments: 2, ..PackOptions::new(Algorithm::Wrap, 8) }).unwrap();
     let acc = accumulator(&pack);
     let f = |row: u64, start: u32, end: u32| Fragment::range(sample(row), start, end).unwrap();
     for bad in [

@@ -2,8 +2,8 @@
 
 use zephon_core::Tail;
 use zephon_io::Fields;
-use zephon_mix::{EstimateConfig, Exhaustion, Order, RowOrder};
-use zephon_pack::{Algorithm, EndOfData, LongDocs, Pack, PackConfig};
+use zephon_mix::{EnsureMixture, EstimateOptions, Exhaustion, Order, RowOrder, Shuffle};
+use zephon_pack::{Algorithm, EndOfData, LongDocs, Pack, PackOptions};
 
 use super::*;
 use crate::error::{Error, Result};
@@ -58,8 +58,8 @@ impl Spec {
             mixture = mixture.balance(b);
         }
         if let Some(e) = &self.estimate {
-            let d = EstimateConfig::default();
-            mixture = mixture.estimate(EstimateConfig {
+            let d = EstimateOptions::default();
+            mixture = mixture.estimate(EstimateOptions {
                 length_rows: e.length_rows.unwrap_or(d.length_rows),
                 token_rows: e.token_windows.unwrap_or(d.token_rows),
                 max_token_bytes: e.window_bytes.unwrap_or(d.max_token_bytes),
@@ -114,10 +114,11 @@ impl Spec {
         }
         if let Some(e) = &self.ensure_mixture {
             let slack = e.slack_tokens.unwrap_or(4096);
-            p = match e.hold_per_lane(self.lanes).map_err(bad)? {
-                Some(hold) => p.ensure_mixture_holding(slack, hold),
-                None => p.ensure_mixture(slack),
-            };
+            let ensure = EnsureMixture::slack_tokens(slack);
+            p = p.ensure_mixture(match e.hold_per_lane(self.lanes).map_err(bad)? {
+                Some(hold) => ensure.hold(hold)?,
+                None => ensure,
+            });
         }
         if let Some(pk) = &self.pack {
             let bins = pk.bins_per_lane(self.lanes).map_err(bad)?;
@@ -127,7 +128,7 @@ impl Spec {
                 PackAlgorithm::BestFit => Algorithm::BestFit { bins },
                 PackAlgorithm::OnePerRow => Algorithm::FirstFit { bins: 1 },
             };
-            let mut config = PackConfig::new(algorithm, pk.seq_len);
+            let mut config = PackOptions::new(algorithm, pk.seq_len);
             match (pk.algorithm, pk.max_segments) {
                 (PackAlgorithm::OnePerRow, Some(m)) if m != 1 => {
                     return Err(bad(format!(
@@ -160,7 +161,8 @@ impl Spec {
         }
         if let Some(s) = &self.shuffle {
             let buffer = s.per_lane(self.lanes).map_err(bad)?;
-            p = if s.warm_up { p.shuffle_warming_up(buffer) } else { p.shuffle(buffer) };
+            let shuffle = Shuffle::buffer(buffer)?;
+            p = p.shuffle(if s.warm_up { shuffle.warm_up() } else { shuffle });
         }
         Ok(p)
     }
@@ -169,12 +171,12 @@ impl Spec {
     fn images_op(&self, im: &ImagesSpec) -> Result<zephon_vision::Images> {
         use zephon_vision::normalize::{Dtype, Normalize};
         use zephon_vision::resize::{Filter, Fit, ResizeSpec};
-        use zephon_vision::{ImageTokens, Images, ImagesConfig, JpegBackend, PixelLayout, PixelLimit, SmartResize};
+        use zephon_vision::{ImageTokens, Images, ImagesOptions, JpegBackend, PixelLayout, PixelLimit, SmartResize};
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[images] {m}") };
         let v = |e: zephon_vision::VisionError| bad(e.to_string());
         let mut c = match im.preset {
-            None | Some(ImagePreset::Llava) => ImagesConfig::llava(self.seed).map_err(v)?,
-            Some(ImagePreset::Qwen2Vl) => ImagesConfig::qwen2_vl(self.seed),
+            None | Some(ImagePreset::Llava) => ImagesOptions::llava(self.seed).map_err(v)?,
+            Some(ImagePreset::Qwen2Vl) => ImagesOptions::qwen2_vl(self.seed),
         };
         let filter = im.filter.map(|f| match f {
             ImageFilter::Bilinear => Filter::Bilinear,

@@ -47,7 +47,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use zephon_core::{ExecOptions, Topology};
+use zephon_core::{ExecOptions, Place, Topology};
 
 use crate::error::{Error, Result};
 
@@ -206,13 +206,17 @@ impl Spec {
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
             return Err("[tokenize] max_tokens must be at least 1".into());
         }
-        Topology::single(self.lanes, self.rows_per_step).map_err(|e| e.to_string())?;
+        Topology::builder().lanes(self.lanes).rows_per_step(self.rows_per_step).build().map_err(|e| e.to_string())?;
         Ok(())
     }
 
     /// The topology for `world_size` and `rank`.
     pub fn topology(&self, world_size: u32, rank: u32) -> Result<Topology> {
-        Ok(Topology::new(self.lanes, self.rows_per_step, world_size, rank)?)
+        Ok(Topology::builder()
+            .lanes(self.lanes)
+            .rows_per_step(self.rows_per_step)
+            .place(Place { rank, world_size })
+            .build()?)
     }
 
     /// Expands `~` and resolves a relative path against the spec's folder.

@@ -56,10 +56,10 @@ fn a_third_party_operator_learns_the_vocabulary_from_the_tokenizer_before_it() {
     let pipeline = Pipeline::new(mixture())
         .tokenize(tokenize)
         .then(BelowVocab { bound: None })
-        .pack(Pack::new(PackConfig::new(Algorithm::BestFit { bins: 4 }, 256)).unwrap())
+        .pack(Pack::new(PackOptions::new(Algorithm::BestFit { bins: 4 }, 256)).unwrap())
         .seed(3)
         .threads(2);
-    let topology = Topology::single(4, 8).unwrap();
+    let topology = Topology::builder().lanes(4).rows_per_step(8).build().unwrap();
     let plan = pipeline.explain(&topology).unwrap();
     assert!(plan.contains("below_vocab/v1 bound=50257"), "{plan}");
     let mut loader = pipeline.build(topology).unwrap();
@@ -67,17 +67,23 @@ fn a_third_party_operator_learns_the_vocabulary_from_the_tokenizer_before_it() {
         assert!(loader.next_step().unwrap().is_some());
     }
 
-    let e = Pipeline::new(mixture()).then(BelowVocab { bound: None }).build(Topology::single(4, 8).unwrap());
+    let e = Pipeline::new(mixture())
+        .then(BelowVocab { bound: None })
+        .build(Topology::builder().lanes(4).rows_per_step(8).build().unwrap());
     let e = e.expect_err("no tokenizer before it").to_string();
     assert!(e.contains("below_vocab: below_vocab needs a tokenizer before it"), "{e}");
 }
 
 #[test]
 fn ensure_mixture_measures_past_the_packer_after_it_and_needs_shares() {
-    let pack = || Pack::new(PackConfig::new(Algorithm::BestFit { bins: 4 }, 256)).unwrap();
+    let pack = || Pack::new(PackOptions::new(Algorithm::BestFit { bins: 4 }, 256)).unwrap();
     let tokenize = || Tokenize::new(gpt2()).eos("<|endoftext|>").unwrap();
-    let topology = Topology::single(4, 8).unwrap();
-    let plan = Pipeline::new(mixture()).tokenize(tokenize()).ensure_mixture(512).pack(pack()).shuffle(8);
+    let topology = Topology::builder().lanes(4).rows_per_step(8).build().unwrap();
+    let plan = Pipeline::new(mixture())
+        .tokenize(tokenize())
+        .ensure_mixture(EnsureMixture::slack_tokens(512))
+        .pack(pack())
+        .shuffle(Shuffle::buffer(8).unwrap());
     let text = plan.explain(&topology).unwrap();
     // Four open rows of 256 positions: the packer's offer, taken by ensure_mixture; the shuffle
     // after ensure_mixture keeps its slack.
@@ -87,7 +93,11 @@ fn ensure_mixture_measures_past_the_packer_after_it_and_needs_shares() {
     let weights = Mixture::new()
         .dataset(Dataset::new("a", zephon_testkit::testdata().join("corpora/a/jsonl")).weight(1.0))
         .chunk_size(16);
-    let e = Pipeline::new(weights).tokenize(tokenize()).ensure_mixture(512).pack(pack()).build(topology);
+    let e = Pipeline::new(weights)
+        .tokenize(tokenize())
+        .ensure_mixture(EnsureMixture::slack_tokens(512))
+        .pack(pack())
+        .build(topology);
     let e = e.expect_err("weights are not shares").to_string();
     assert!(e.contains("ensure_mixture needs token shares on the datasets"), "{e}");
 }

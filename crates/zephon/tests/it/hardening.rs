@@ -187,12 +187,14 @@ fn a_dataset_of_only_bad_records_stops_the_run_instead_of_spinning() {
         ))
     };
     let s = spec("repeat");
-    let mut loader = s.pipeline().unwrap().build(Topology::single(2, 2).unwrap()).unwrap();
+    let mut loader =
+        s.pipeline().unwrap().build(Topology::builder().lanes(2).rows_per_step(2).build().unwrap()).unwrap();
     let e = loader.next_step().expect_err("every row is bad: an error, not a hang").to_string();
     assert!(e.contains("dataset numbers") && e.contains("bad records of it in a row"), "{e}");
     assert!(e.contains("row 0") || e.contains("row "), "the first bad row is named: {e}");
     let s = spec("stop");
-    let mut loader = s.pipeline().unwrap().build(Topology::single(2, 2).unwrap()).unwrap();
+    let mut loader =
+        s.pipeline().unwrap().build(Topology::builder().lanes(2).rows_per_step(2).build().unwrap()).unwrap();
     assert!(loader.next_step().unwrap().is_none());
     let report = loader.report();
     assert_eq!(report.datasets[0].skipped, 50);

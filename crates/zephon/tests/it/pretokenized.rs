@@ -39,7 +39,10 @@ fn pipeline(dataset: Dataset, first: Option<Tokenize>, tok: &Tokenizer) -> Pipel
         Some(t) => p.tokenize(t),
         None => p.then(PreTokenized::new("input_ids").vocab_size(tok.vocab_size() as u32).unwrap().eos(50256).unwrap()),
     };
-    p.pack(Pack::new(PackConfig::new(Algorithm::BestFit { bins: 8 }, 256)).unwrap()).shuffle(8).seed(3).threads(2)
+    p.pack(Pack::new(PackOptions::new(Algorithm::BestFit { bins: 8 }, 256)).unwrap())
+        .shuffle(Shuffle::buffer(8).unwrap())
+        .seed(3)
+        .threads(2)
 }
 
 fn fingerprints(loader: &mut Loader, n: usize) -> Vec<Digest> {
@@ -51,7 +54,7 @@ fn stored_token_ids_give_the_steps_of_tokenizing_on_the_fly_and_restore() {
     let dir = tmp();
     let tok = Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json")).unwrap();
     let (text, ids) = corpus(dir.path(), &tok);
-    let topology = || Topology::single(4, 8).unwrap();
+    let topology = || Topology::builder().lanes(4).rows_per_step(8).build().unwrap();
 
     let on_the_fly = Tokenize::new(tok.clone()).eos("<|endoftext|>").unwrap();
     let mut a = pipeline(Dataset::new("a", &text), Some(on_the_fly), &tok).build(topology()).unwrap();
@@ -82,8 +85,8 @@ fn a_token_id_outside_the_vocabulary_names_dataset_shard_and_row() {
     let mixture = Mixture::new().dataset(ds.weight(1.0)).chunk_size(1).exhaustion(Exhaustion::Stop, 1);
     let mut loader = Pipeline::new(mixture)
         .then(PreTokenized::new("input_ids").vocab_size(tok.vocab_size() as u32).unwrap())
-        .pack(Pack::new(PackConfig::new(Algorithm::Wrap, 4)).unwrap())
-        .build(Topology::single(1, 1).unwrap())
+        .pack(Pack::new(PackOptions::new(Algorithm::Wrap, 4)).unwrap())
+        .build(Topology::builder().lanes(1).rows_per_step(1).build().unwrap())
         .unwrap();
     let err = loop {
         match loader.next_step() {

@@ -255,12 +255,12 @@ fn bad_images_name_dataset_shard_row_and_image_or_are_counted_skips() {
         .unwrap()
     };
     let s = spec("fail");
-    let mut l = s.pipeline().unwrap().build(Topology::single(1, 1).unwrap()).unwrap();
+    let mut l = s.pipeline().unwrap().build(Topology::builder().lanes(1).rows_per_step(1).build().unwrap()).unwrap();
     assert!(l.next_step().unwrap().is_some(), "the good image makes a row");
     let e = l.next_step().err().unwrap().to_string();
     assert!(e.contains("edge shard 0 row 1") && e.contains("image #0") && e.contains("gen_trunc_50.jpg"), "{e}");
     let s = spec("skip");
-    let mut l = s.pipeline().unwrap().build(Topology::single(1, 1).unwrap()).unwrap();
+    let mut l = s.pipeline().unwrap().build(Topology::builder().lanes(1).rows_per_step(1).build().unwrap()).unwrap();
     let mut delivered = 0;
     while l.next_step().unwrap().is_some() {
         delivered += 1;
