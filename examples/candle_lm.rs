@@ -280,7 +280,7 @@ impl Setup {
             seed: SEED,
             bad_records: BadRecords::Fail,
             tail: Tail::Drop,
-            metadata: Default::default(),
+            token_estimates: Vec::new(),
         };
         Ok(Setup { spec, dataset, tokenizer, eos, pack, rows, device })
     }

@@ -36,7 +36,7 @@
 //!     seed: 7,
 //!     bad_records: BadRecords::Fail,
 //!     tail: Tail::Drop,
-//!     metadata: Default::default(),
+//!     token_estimates: Vec::new(),
 //! };
 //! let source = EngineSource::start(spec, Topology::builder().lanes(2).rows_per_step(2).build()?, ExecOptions::default())?;
 //! let mut steps = Prefetcher::start(source, Sink::cpu(), PrefetchOptions::default())?;

@@ -1,6 +1,5 @@
 //! Where steps come from, and what a checkpoint after each of them holds.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,12 +26,12 @@ pub trait StepSource: Send + 'static {
 
 /// What a run writes beside the lanes in every checkpoint file: its fingerprint and metadata,
 /// and the lanes' sample streams that name buffered samples compactly.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CheckpointHeader {
     /// The run's identity, part by part.
     pub fingerprint: RunFingerprint,
     /// Facts saved for restores (dataset shard listings, token estimates).
-    pub metadata: BTreeMap<String, String>,
+    pub metadata: zephon_core::RunMetadata,
     /// The run's lane streams; without them, files name every buffered sample in full.
     pub streams: Option<LaneStreams>,
 }

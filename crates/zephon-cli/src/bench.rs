@@ -137,13 +137,13 @@ fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<Vec<RawRate
         // engine's cache of words remembers an earlier pass) and on a fresh thread (the fast
         // path's piece cache is per thread): on a noisy machine one pass of a few megabytes
         // moves by tens of percent.
-        let time = |f: &(dyn Fn(&zephon::Tokenizer, &str) -> Result<usize, String> + Sync)| -> Result<f64, CliError> {
+        let time = |f: &(dyn Fn(&zephon::Tokenizer, &str) -> Result<usize, zephon::text::Error> + Sync)| -> Result<f64, CliError> {
             let pass = || -> Result<f64, CliError> {
                 let tokenizer = zephon::Tokenizer::from_file(&tokenizer_path).map_err(zephon::Error::from)?;
                 let start = std::time::Instant::now();
                 let mut tokens = 0;
                 for text in &texts {
-                    tokens += f(&tokenizer, text).map_err(CliError::Verify)?;
+                    tokens += f(&tokenizer, text).map_err(|e| CliError::Verify(e.to_string()))?;
                 }
                 Ok(tokens as f64 / start.elapsed().as_secs_f64())
             };

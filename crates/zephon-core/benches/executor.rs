@@ -42,7 +42,7 @@ fn spec(datasets: &Datasets) -> RunSpec {
         seed: 1,
         bad_records: BadRecords::Fail,
         tail: Tail::Drop,
-        metadata: Default::default(),
+        token_estimates: Vec::new(),
     }
 }
 

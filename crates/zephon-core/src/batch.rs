@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::error::OpError;
+use crate::error::{Error, OpError, Result};
 use zephon_operator::{Array, ArrayData, Attachment, Buffer, DType, Element, Field, Lineage, Record, Shape, Value};
 
 /// Items of varying shape, and a varying number of them per row: every item's elements
@@ -30,27 +30,27 @@ impl Ragged {
         item_offsets: Vec<usize>,
         item_shapes: Vec<Shape>,
         row_offsets: Vec<usize>,
-    ) -> Result<Ragged, String> {
+    ) -> Result<Ragged> {
         if values.shape().ndim() != 1 {
-            return Err(format!("ragged values must be one-dimensional, not {}", values.shape()));
+            return Err(Error::Batch(format!("ragged values must be one-dimensional, not {}", values.shape())));
         }
         let monotone = |o: &[usize], end: usize| o.first() == Some(&0) && o.last() == Some(&end) && o.is_sorted();
         if item_offsets.len() != item_shapes.len() + 1 || !monotone(&item_offsets, values.len()) {
-            return Err(format!(
+            return Err(Error::Batch(format!(
                 "{} item offsets for {} items over {} elements are inconsistent",
                 item_offsets.len(),
                 item_shapes.len(),
                 values.len()
-            ));
+            )));
         }
         for (i, shape) in item_shapes.iter().enumerate() {
             let n = item_offsets[i + 1] - item_offsets[i];
             if shape.numel() != Some(n) {
-                return Err(format!("item {i} has {n} elements but shape {shape}"));
+                return Err(Error::Batch(format!("item {i} has {n} elements but shape {shape}")));
             }
         }
         if !monotone(&row_offsets, item_shapes.len()) {
-            return Err(format!("row offsets {row_offsets:?} do not cover {} items", item_shapes.len()));
+            return Err(Error::Batch(format!("row offsets {row_offsets:?} do not cover {} items", item_shapes.len())));
         }
         Ok(Ragged { values, item_offsets, item_shapes, row_offsets })
     }
@@ -447,7 +447,7 @@ fn ragged(items: &[&Array], shapes: Vec<Shape>, row_offsets: Vec<usize>) -> Resu
     }
     let data = concat(items)?;
     let values = Array::new(data, Shape::vector(at)).map_err(|e| e.to_string())?;
-    Ok(ColumnData::Ragged(Ragged::new(values, item_offsets, shapes, row_offsets)?))
+    Ok(ColumnData::Ragged(Ragged::new(values, item_offsets, shapes, row_offsets).map_err(|e| e.to_string())?))
 }
 
 /// The elements of `arrays` (one dtype) end to end. A single array is shared, not copied.

@@ -108,6 +108,15 @@ pub enum Error {
         message: String,
     },
 
+    /// Arrays that do not make a valid batch column (a ragged layout whose offsets and shapes
+    /// disagree, rows that cannot be stacked).
+    #[error("batch: {0}")]
+    Batch(String),
+
+    /// A hash log line that does not parse, a lane logged twice, a step missing lanes.
+    #[error("hash log: {0}")]
+    HashLog(String),
+
     /// A file-system operation failed.
     #[error("{path}: {source}")]
     Io {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::error::{Error, Result};
 use crate::step::step_fingerprint;
 use zephon_operator::{Digest, Lane, Step};
 
@@ -29,11 +30,11 @@ impl fmt::Display for HashLogLine {
 }
 
 impl FromStr for HashLogLine {
-    type Err = String;
+    type Err = Error;
 
-    fn from_str(line: &str) -> Result<Self, String> {
+    fn from_str(line: &str) -> Result<Self> {
         let mut parts = line.split('\t');
-        let bad = || format!("not a hash-log line (step<TAB>lane<TAB>sha256): {line:?}");
+        let bad = || Error::HashLog(format!("not a hash-log line (step<TAB>lane<TAB>sha256): {line:?}"));
         let step = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
         let lane = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
         let digest = parts.next().and_then(Digest::from_hex).ok_or_else(bad)?;
@@ -57,26 +58,26 @@ impl HashLog {
     }
 
     /// Adds one line; a lane logged twice for one step is an error.
-    pub fn add(&mut self, line: HashLogLine) -> Result<(), String> {
+    pub fn add(&mut self, line: HashLogLine) -> Result<()> {
         if self.steps.entry(line.step.0).or_default().insert(line.lane.0, line.digest).is_some() {
-            return Err(format!("{} of {} is logged twice", line.lane, line.step));
+            return Err(Error::HashLog(format!("{} of {} is logged twice", line.lane, line.step)));
         }
         Ok(())
     }
 
     /// Adds every line of a log's text.
-    pub fn add_text(&mut self, text: &str) -> Result<(), String> {
+    pub fn add_text(&mut self, text: &str) -> Result<()> {
         text.lines().try_for_each(|l| self.add(l.parse()?))
     }
 
     /// The global fingerprint of every logged step, by step. Each step must have all `lanes`
     /// lanes, else the error names the step.
-    pub fn fingerprints(&self, lanes: u32) -> Result<BTreeMap<u64, Digest>, String> {
+    pub fn fingerprints(&self, lanes: u32) -> Result<BTreeMap<u64, Digest>> {
         self.steps
             .iter()
             .map(|(&step, by_lane)| {
                 if by_lane.len() != lanes as usize || by_lane.keys().any(|&l| l >= lanes) {
-                    return Err(format!("step {step} has {} of {lanes} lanes", by_lane.len()));
+                    return Err(Error::HashLog(format!("step {step} has {} of {lanes} lanes", by_lane.len())));
                 }
                 Ok((step, step_fingerprint(by_lane.values())))
             })
@@ -92,12 +93,12 @@ mod tests {
     fn lines_round_trip_and_logs_combine() {
         let d = Digest::of(b"x");
         let line = HashLogLine { step: Step(3), lane: Lane(1), digest: d };
-        assert_eq!(line.to_string().parse::<HashLogLine>(), Ok(line));
+        assert_eq!(line.to_string().parse::<HashLogLine>().unwrap(), line);
         assert!("3\t1".parse::<HashLogLine>().is_err());
         assert!(format!("3\t1\t{d}\textra").parse::<HashLogLine>().is_err());
         let mut log = HashLog::new();
         log.add_text(&format!("0\t1\t{d}\n")).unwrap();
-        assert!(log.fingerprints(2).unwrap_err().contains("step 0 has 1 of 2 lanes"));
+        assert!(log.fingerprints(2).unwrap_err().to_string().contains("step 0 has 1 of 2 lanes"));
         log.add_text(&format!("0\t0\t{d}\n")).unwrap();
         assert_eq!(log.fingerprints(2).unwrap()[&0], step_fingerprint([&d, &d]));
         assert!(log.add(line).is_ok() && log.add(line).is_err());

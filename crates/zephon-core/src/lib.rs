@@ -35,7 +35,7 @@
 //!     seed: 7,
 //!     bad_records: BadRecords::Fail,
 //!     tail: Tail::Drop,
-//!     metadata: Default::default(),
+//!     token_estimates: Vec::new(),
 //! };
 //! let mut engine = Engine::start(spec, Topology::builder().lanes(2).rows_per_step(2).build()?, ExecOptions::default())?;
 //! let step = engine.next_step()?.expect("one step of two rows");
@@ -58,11 +58,13 @@ mod plan_node;
 mod source;
 mod step;
 pub mod testing;
+mod token_estimate;
 mod topology;
 
 pub use batch::{Batch, Column, ColumnData, Ragged, RaggedLayout};
 pub use checkpoint::{
-    Cursor, LanePart, LaneState, RunFingerprint, SkipTally, Skips, SplitCheckpoint, SteerState, TailDropped,
+    Cursor, LanePart, LaneState, RunFingerprint, RunMetadata, SkipTally, Skips, SplitCheckpoint, SteerState,
+    TailDropped,
 };
 pub use engine::{BadRecords, CutOff, Engine, ExecOptions, RunSpec, StageTime, Tail};
 pub use error::{Error, Result};
@@ -74,6 +76,7 @@ pub use source::{
     deal_chunk,
 };
 pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
+pub use token_estimate::{ROW_QUANTILES, TokenEstimate};
 pub use topology::{Place, RankEnv, Topology, TopologyBuilder};
 // The operator interface, so that a user of the engine needs one import; an operator crate
 // depends on `zephon-operator` alone.

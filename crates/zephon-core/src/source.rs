@@ -184,7 +184,7 @@ pub struct Chunk {
 pub trait WorkSource: Send + Sync {
     /// The `n`-th chunk of `lane` in a run with `lanes` lanes, or `None` when the lane has no
     /// more work (it then has none for any larger `n`).
-    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String>;
+    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> crate::Result<Option<Chunk>>;
 
     /// Everything that changes the stream, typed and canonically encoded, for the checkpoint
     /// fingerprint.
@@ -220,7 +220,7 @@ pub trait Steering: Send + Sync {
 
     /// Lane `lane`'s `k`-th chunk of dataset `d` in a run of `lanes` lanes, or `None` when
     /// the lane has no more of that dataset (it then has none for any larger `k`).
-    fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> Result<Option<Chunk>, String>;
+    fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> crate::Result<Option<Chunk>>;
 
     /// The dataset a lane reads next, given the tokens it delivered of each dataset and which
     /// datasets it has no more chunks of; `None` when the lane's input ends.
@@ -337,7 +337,7 @@ impl SequentialSource {
 }
 
 impl WorkSource for SequentialSource {
-    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String> {
+    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> crate::Result<Option<Chunk>> {
         let per_epoch = self.total.div_ceil(self.chunk_size);
         let g = deal_chunk(self.seed, lane, lanes, n);
         if per_epoch == 0 || g >= per_epoch.saturating_mul(self.epochs) {

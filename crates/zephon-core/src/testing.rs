@@ -99,7 +99,7 @@ pub fn check_in_engine<O: Operator>(
             seed: o.seed,
             bad_records: BadRecords::Fail,
             tail: Tail::Drop,
-            metadata: Default::default(),
+            token_estimates: Vec::new(),
         };
         let after = if hold { " + a held accumulator after it" } else { "" };
         let run = |w: u32, threads: usize, from: Option<&Path>, to: u64, save: Option<&Path>| {

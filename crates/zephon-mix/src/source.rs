@@ -492,10 +492,13 @@ fn plan_phases(m: &[u64], budgets: &[Option<u64>], policy: Exhaustion) -> (Vec<P
 }
 
 impl WorkSource for MixtureSource {
-    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> std::result::Result<Option<Chunk>, String> {
+    fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> zephon_core::Result<Option<Chunk>> {
         if let Some(plan) = &self.tail {
             if plan.lanes != lanes {
-                return Err(format!("the stream's end was shared out for {} lanes, not {lanes}", plan.lanes));
+                return Err(zephon_core::Error::Source {
+                    lane,
+                    message: format!("the stream's end was shared out for {} lanes, not {lanes}", plan.lanes),
+                });
             }
             let first = plan.block * u64::from(lanes);
             return Ok(match n.cmp(&plan.block) {

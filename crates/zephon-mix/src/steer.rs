@@ -134,8 +134,11 @@ impl SteeredSource {
 }
 
 impl WorkSource for SteeredSource {
-    fn chunk(&self, lane: Lane, _: u32, _: u64) -> std::result::Result<Option<Chunk>, String> {
-        Err(format!("{lane} reads a steered mixture: its chunks depend on what it delivered (Steering)"))
+    fn chunk(&self, lane: Lane, _: u32, _: u64) -> zephon_core::Result<Option<Chunk>> {
+        Err(zephon_core::Error::Source {
+            lane,
+            message: "it reads a steered mixture: its chunks depend on what it delivered (Steering)".into(),
+        })
     }
 
     fn fingerprint(&self) -> Settings {
@@ -171,10 +174,13 @@ impl Steering for SteeredSource {
         self.streams.len() as u32
     }
 
-    fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> std::result::Result<Option<Chunk>, String> {
+    fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> zephon_core::Result<Option<Chunk>> {
         match self.streams.get(d as usize) {
             Some(s) => s.chunk(lane, lanes, k),
-            None => Err(format!("no dataset #{d} (the mixture has {})", self.streams.len())),
+            None => Err(zephon_core::Error::Source {
+                lane,
+                message: format!("no dataset #{d} (the mixture has {})", self.streams.len()),
+            }),
         }
     }
 

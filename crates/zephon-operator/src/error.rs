@@ -13,3 +13,14 @@ pub enum OpError {
     #[error("{0}")]
     Fatal(String),
 }
+
+impl OpError {
+    /// The same message as an error that stops the run: for a caller to whom a record that
+    /// cannot be cut is a bug of its own, not bad data.
+    #[must_use]
+    pub fn fatal(self) -> OpError {
+        match self {
+            OpError::Data(m) | OpError::Fatal(m) => OpError::Fatal(m),
+        }
+    }
+}

@@ -309,6 +309,6 @@ pub trait RebuildInput {
     /// Exactly the record with `lineage`: the covering record, sliced to a single fragment's
     /// range when it is larger.
     fn exact(&mut self, lineage: &Lineage) -> Result<Record, OpError> {
-        self.covering(lineage)?.narrow_to(lineage).map_err(OpError::Fatal)
+        self.covering(lineage)?.narrow_to(lineage).map_err(OpError::fatal)
     }
 }

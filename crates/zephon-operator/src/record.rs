@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::array::Array;
 use crate::buffer::Buffer;
+use crate::error::OpError;
 use crate::id::SampleId;
 use crate::lineage::{Fragment, Lineage, Span};
 
@@ -252,17 +253,20 @@ pub fn slice_attachments(
     start: u32,
     end: u32,
     len: u32,
-) -> Result<Vec<Attachment>, String> {
+) -> Result<Vec<Attachment>, OpError> {
     let mut kept = Vec::new();
     for a in attachments {
         let span = a.span.ok_or_else(|| {
-            format!(
+            OpError::Data(format!(
                 "attachment {} #{} has no place on the sequence axis, so the record cannot be sliced",
                 a.kind, a.item
-            )
+            ))
         })?;
         if a.cut_by(start) || a.cut_by(end) {
-            return Err(format!("slice [{start}..{end}) would cut atomic attachment {} #{} at {span}", a.kind, a.item));
+            return Err(OpError::Data(format!(
+                "slice [{start}..{end}) would cut atomic attachment {} #{} at {span}",
+                a.kind, a.item
+            )));
         }
         let anchor = span.start();
         let inside = (start <= anchor && anchor < end) || (anchor == end && end == len && start < end);
@@ -404,15 +408,16 @@ impl Record {
     /// Fails when the range is out of bounds, a `Seq` field does not span the lineage, the
     /// record is made of several fragments or has no sequence axis yet, an attachment has not
     /// been placed, or a boundary would cut an atomic attachment.
-    pub fn slice(&self, start: usize, end: usize) -> Result<Record, String> {
-        let frag = self
-            .lineage
-            .as_single()
-            .ok_or_else(|| format!("cannot slice a record made of several fragments ({})", self.lineage))?;
-        let whole = frag.positions().ok_or_else(|| format!("cannot slice {frag}: it has no sequence axis yet"))?;
+    pub fn slice(&self, start: usize, end: usize) -> Result<Record, OpError> {
+        let frag = self.lineage.as_single().ok_or_else(|| {
+            OpError::Data(format!("cannot slice a record made of several fragments ({})", self.lineage))
+        })?;
+        let whole = frag
+            .positions()
+            .ok_or_else(|| OpError::Data(format!("cannot slice {frag}: it has no sequence axis yet")))?;
         let n = whole.len() as usize;
         if start > end || end > n {
-            return Err(format!("slice {start}..{end} outside {frag}"));
+            return Err(OpError::Data(format!("slice {start}..{end} outside {frag}")));
         }
         // Positions fit in u32 because the fragment's do.
         let (s32, e32) = (start as u32, end as u32);
@@ -421,24 +426,28 @@ impl Record {
             let value = match value {
                 Value::Seq(a) => {
                     if a.shape().outer() != n {
-                        return Err(format!(
+                        return Err(OpError::Data(format!(
                             "field {name} has {} positions but the lineage {frag} has {n}",
                             a.shape().outer()
-                        ));
+                        )));
                     }
-                    Value::Seq(a.slice_outer(start, end).ok_or_else(|| format!("field {name} cannot be sliced"))?)
+                    Value::Seq(
+                        a.slice_outer(start, end)
+                            .ok_or_else(|| OpError::Data(format!("field {name} cannot be sliced")))?,
+                    )
                 }
                 other => other.clone(),
             };
             fields.push((name.clone(), value));
         }
         let attachments = self.attachments_in(s32, e32, n as u32)?;
-        let narrowed = whole.sub(s32, e32 - s32).ok_or_else(|| format!("slice {start}..{end} outside {frag}"))?;
+        let narrowed =
+            whole.sub(s32, e32 - s32).ok_or_else(|| OpError::Data(format!("slice {start}..{end} outside {frag}")))?;
         Ok(Record { fields, attachments, lineage: Lineage::single(Fragment::span(frag.sample, narrowed)) })
     }
 
     /// The attachments a slice `start..end` of an axis of `len` positions keeps.
-    fn attachments_in(&self, start: u32, end: u32, len: u32) -> Result<Vec<Attachment>, String> {
+    fn attachments_in(&self, start: u32, end: u32, len: u32) -> Result<Vec<Attachment>, OpError> {
         slice_attachments(&self.attachments, start, end, len)
     }
 
@@ -451,7 +460,7 @@ impl Record {
     /// The ends of the pieces that cut this record's axis into pieces of at most `max`
     /// positions, each cut moved back to the start of any atomic attachment it would fall
     /// inside. Fails when an atomic attachment is longer than `max` (no cut can keep it whole).
-    pub fn piece_ends(&self, max: usize) -> Result<Vec<usize>, String> {
+    pub fn piece_ends(&self, max: usize) -> Result<Vec<usize>, OpError> {
         let len = self.seq_len().unwrap_or(0);
         let mut ends = Vec::with_capacity(len / max.max(1) + 1);
         let mut at = 0;
@@ -464,7 +473,7 @@ impl Record {
                     let what = a.map_or("an atomic attachment".to_string(), |a| {
                         format!("{} #{} ({} positions)", a.kind, a.item, a.span.map_or(0, |s| s.len()))
                     });
-                    return Err(format!("{what} is longer than the {max} positions a piece may have"));
+                    return Err(OpError::Data(format!("{what} is longer than the {max} positions a piece may have")));
                 }
                 end = cut;
             }
@@ -476,16 +485,16 @@ impl Record {
 
     /// Narrows this record to exactly `lineage`: unchanged when the lineages are equal, sliced
     /// when both are single fragments of one sample and `lineage` lies inside.
-    pub fn narrow_to(self, lineage: &Lineage) -> Result<Record, String> {
+    pub fn narrow_to(self, lineage: &Lineage) -> Result<Record, OpError> {
         if &self.lineage == lineage {
             return Ok(self);
         }
         match (self.lineage.as_single(), lineage.as_single()) {
             (Some(have), Some(want)) if have.covers(want) => match (have.positions(), want.positions()) {
                 (Some(h), Some(w)) => self.slice((w.start() - h.start()) as usize, (w.end() - h.start()) as usize),
-                _ => Err(format!("record {} has no sequence axis to narrow to {lineage}", self.lineage)),
+                _ => Err(OpError::Data(format!("record {} has no sequence axis to narrow to {lineage}", self.lineage))),
             },
-            _ => Err(format!("record {} does not cover {lineage}", self.lineage)),
+            _ => Err(OpError::Data(format!("record {} does not cover {lineage}", self.lineage))),
         }
     }
 }
@@ -533,7 +542,7 @@ mod tests {
         assert_eq!((f.start(), f.end()), (11, 13));
         assert!(rec(vec![1, 2]).slice(1, 3).is_err());
         let whole = Record::from_sample(SampleId::new(0, 0, 0));
-        assert!(whole.slice(0, 0).unwrap_err().contains("no sequence axis"));
+        assert!(whole.slice(0, 0).unwrap_err().to_string().contains("no sequence axis"));
     }
 
     #[test]
@@ -552,7 +561,7 @@ mod tests {
         }
         assert_eq!(seen, vec![(0, 0), (1, 4), (2, 10)]);
         let e = r.slice(0, 5).unwrap_err();
-        assert!(e.contains("would cut atomic attachment image #1"), "{e}");
+        assert!(e.to_string().contains("would cut atomic attachment image #1"), "{e}");
         // Non-atomic spans may be cut; the attachment stays with its anchor.
         let mut loose = rec((0..10).collect());
         loose.attach(image(0, 4, 3, false));

@@ -90,7 +90,8 @@ impl Piece {
             .fragment
             .sub(s, e.saturating_sub(s))
             .ok_or_else(|| bad(format!("cut {start}..{end} outside the piece")))?;
-        let attachments = slice_attachments(&self.attachments, s, e, self.len() as u32).map_err(bad)?;
+        let attachments =
+            slice_attachments(&self.attachments, s, e, self.len() as u32).map_err(|e| bad(e.to_string()))?;
         Ok(Piece { fragment, tokens, attachments })
     }
 

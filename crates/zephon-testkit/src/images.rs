@@ -93,8 +93,8 @@ impl Operator for Split {
     }
     fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let mut start = 0;
-        for end in record.piece_ends(self.max).map_err(OpError::Data)? {
-            out.push(record.slice(start, end).map_err(OpError::Fatal)?);
+        for end in record.piece_ends(self.max)? {
+            out.push(record.slice(start, end).map_err(OpError::fatal)?);
             start = end;
         }
         Ok(())

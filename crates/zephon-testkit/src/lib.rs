@@ -107,7 +107,7 @@ impl Accumulator for WrapAcc {
                 let front = &self.docs[0];
                 let n = tokens(front).len() - self.used;
                 let take = n.min(need);
-                pieces.push(front.slice(self.used, self.used + take).map_err(OpError::Fatal)?);
+                pieces.push(front.slice(self.used, self.used + take).map_err(OpError::fatal)?);
                 need -= take;
                 if take == n {
                     self.docs.pop_front();
@@ -129,7 +129,7 @@ impl Accumulator for WrapAcc {
         for (i, d) in self.docs.drain(..).enumerate() {
             let skip = if i == 0 { self.used } else { 0 };
             let n = tokens(&d).len();
-            pieces.push(d.slice(skip, n).map_err(OpError::Fatal)?);
+            pieces.push(d.slice(skip, n).map_err(OpError::fatal)?);
         }
         self.used = 0;
         self.avail = 0;
@@ -249,7 +249,7 @@ pub fn spec(datasets: Datasets, operators: Operators, chunk: u64, epochs: u64, t
         seed: 5,
         bad_records: BadRecords::Fail,
         tail,
-        metadata: Default::default(),
+        token_estimates: Vec::new(),
     }
 }
 

@@ -41,7 +41,7 @@ impl PreTokenized {
 
     /// Appends `id` to every document (stored data often leaves the separator to the
     /// loader). Refused when it is outside the vocabulary size given.
-    pub fn eos(mut self, id: u32) -> Result<Self, String> {
+    pub fn eos(mut self, id: u32) -> Result<Self, crate::Error> {
         self.eos = Some(id);
         self.check()?;
         Ok(self)
@@ -49,18 +49,20 @@ impl PreTokenized {
 
     /// Refuses ids at or over `n` (as bad records): data tokenized with another tokenizer
     /// shows up here instead of as an index error in the model.
-    pub fn vocab_size(mut self, n: u32) -> Result<Self, String> {
+    pub fn vocab_size(mut self, n: u32) -> Result<Self, crate::Error> {
         if n == 0 {
-            return Err("a vocabulary size of 0".into());
+            return Err(crate::Error::Config("pretokenized: a vocabulary size of 0".into()));
         }
         self.vocab_size = Some(n);
         self.check()?;
         Ok(self)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), crate::Error> {
         match (self.eos, self.vocab_size) {
-            (Some(e), Some(n)) if e >= n => Err(format!("EOS id {e} is outside the vocabulary size {n}")),
+            (Some(e), Some(n)) if e >= n => {
+                Err(crate::Error::Config(format!("pretokenized: EOS id {e} is outside the vocabulary size {n}")))
+            }
             _ => Ok(()),
         }
     }

@@ -330,7 +330,7 @@ impl Tokenize {
                 placed.push(place(&mut ids, a)?);
             }
             if !piece.is_empty() {
-                ids.extend(self.tokenizer.encode(piece)?);
+                ids.extend(self.tokenizer.encode(piece).map_err(|e| e.to_string())?);
             }
         }
         for a in placed.into_iter().chain(others) {
@@ -376,8 +376,10 @@ impl Tokenize {
             (_, Some(im)) if has_images => {
                 self.encode_with_images(&text, im, &mut record, bos.is_some()).map(|ids| (ids, true))
             }
-            (Some(n), _) => self.tokenizer.encode_prefix(&text, n.saturating_sub(bos.is_some() as usize)),
-            (None, _) => self.tokenizer.encode(&text).map(|ids| (ids, true)),
+            (Some(n), _) => {
+                self.tokenizer.encode_prefix(&text, n.saturating_sub(bos.is_some() as usize)).map_err(|e| e.to_string())
+            }
+            (None, _) => self.tokenizer.encode(&text).map(|ids| (ids, true)).map_err(|e| e.to_string()),
         }
         .map_err(|e| OpError::Data(format!("tokenizer failed: {e}")))?;
         drop(text);
@@ -395,11 +397,11 @@ impl Tokenize {
         record.set_lineage(Lineage::single(Fragment::span(sample, Span::prefix(n))));
         record.set(&self.output, Value::seq(ids));
         let n = n as usize;
-        let piece = |r: &Record, start: usize, end: usize| r.slice(start, end).map_err(OpError::Data);
+        let piece = |r: &Record, start: usize, end: usize| r.slice(start, end);
         match self.long {
             LongDocuments::Split { max_tokens } if n > max_tokens || !whole => {
                 let mut start = 0;
-                for end in record.piece_ends(max_tokens).map_err(OpError::Data)? {
+                for end in record.piece_ends(max_tokens)? {
                     // A document cut short keeps only whole pieces: the last one may be unfinished.
                     if !whole && end - start < max_tokens {
                         break;

@@ -56,6 +56,9 @@ pub enum Error {
     /// Invalid tokenize settings.
     #[error("tokenize: {0}")]
     Config(String),
+    /// A text the tokenizer cannot encode (a pattern that fails on it).
+    #[error("cannot encode: {0}")]
+    Encode(String),
 }
 
 /// A Hugging Face tokenizer, shared between threads, identified by the SHA-256 of its
@@ -299,7 +302,7 @@ impl Tokenizer {
     }
 
     /// Token ids of `text`, with no special tokens added.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, Error> {
         match &self.fast {
             Some(bpe) => {
                 let mut ids = Vec::with_capacity(text.len() / 3 + 1);
@@ -312,7 +315,7 @@ impl Tokenizer {
 
     /// At least the first `min` token ids of `text` (all of them when it has fewer), and
     /// whether the text was encoded to its end. Only the fast path stops early.
-    pub fn encode_prefix(&self, text: &str, min: usize) -> Result<(Vec<u32>, bool), String> {
+    pub fn encode_prefix(&self, text: &str, min: usize) -> Result<(Vec<u32>, bool), Error> {
         match &self.fast {
             Some(bpe) => {
                 let mut ids = Vec::with_capacity(min.min(text.len()) + 1);
@@ -327,12 +330,12 @@ impl Tokenizer {
     /// the fast path is checked against). Where `tokenizers`' regexes fail on long runs and
     /// it would silently stop splitting, GPT-2's pattern is split by hand and any other
     /// pattern is an error: never wrong ids.
-    pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.reference.encode(&self.inner, text)
+    pub fn encode_reference(&self, text: &str) -> Result<Vec<u32>, Error> {
+        self.reference.encode(&self.inner, text).map_err(Error::Encode)
     }
 
     /// Number of tokens of `text` (for token estimation).
-    pub fn count(&self, text: &str) -> Result<usize, String> {
+    pub fn count(&self, text: &str) -> Result<usize, Error> {
         self.encode(text).map(|ids| ids.len())
     }
 

@@ -43,7 +43,7 @@ pub mod spec;
 pub use error::{Error, Result};
 pub use loader::{DataReport, DatasetReport, Loader};
 pub use mixture::{Amount, Dataset, Mixture};
-pub use pipeline::{Pipeline, ROW_TOKENS_BY_DEFAULT, TOKEN_ESTIMATES};
+pub use pipeline::{Pipeline, ROW_TOKENS_BY_DEFAULT};
 pub use spec::Spec;
 
 // The crates are inlined as modules so that their docs are part of this crate's (links to

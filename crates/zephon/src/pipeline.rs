@@ -15,9 +15,6 @@ use crate::error::{Error, Result};
 use crate::loader::Loader;
 use crate::mixture::{Amount, Mixture};
 
-/// The metadata key under which token estimates travel in checkpoints.
-pub const TOKEN_ESTIMATES: &str = "token-estimates";
-
 /// A pipeline under construction: what to train on (a [`Mixture`]) and how stored samples
 /// become rows (operators, in order). `build` opens the data and starts the engine for one
 /// rank; `restore` continues from a checkpoint at any world size.
@@ -211,7 +208,7 @@ impl Pipeline {
 
     /// Opens datasets, plans weights (estimating tokens unless `saved` holds estimates) and
     /// builds the core run spec for `lanes` lanes.
-    fn assemble(&self, saved: Option<&std::collections::BTreeMap<String, String>>, lanes: u32) -> Result<Assembled> {
+    fn assemble(&self, saved: Option<&zephon_core::RunMetadata>, lanes: u32) -> Result<Assembled> {
         let m = &self.mixture;
         m.check().map_err(Error::Build)?;
         let shares = m.token_shares();
@@ -224,15 +221,13 @@ impl Pipeline {
             .map(|d| zephon_io::open(&d.name, &d.path, &d.options))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let datasets = Datasets::new(opened);
-        let mut metadata = std::collections::BTreeMap::new();
         let mut config = m.config;
         config.seed = m.seed.unwrap_or(self.seed);
         config.balance = self.balance(&datasets)?;
         let planned = shares.is_some() || m.config.chunk_tokens.is_some();
         let estimates = if planned || config.balance != Balance::Estimates {
-            let estimates = match saved.and_then(|s| s.get(TOKEN_ESTIMATES)) {
-                Some(json) => serde_json::from_str::<Vec<TokenEstimate>>(json)
-                    .map_err(|e| Error::Build(format!("the checkpoint's token estimates do not parse: {e}")))?,
+            let estimates = match saved.filter(|s| !s.token_estimates.is_empty()) {
+                Some(s) => s.token_estimates.clone(),
                 None => match self.estimate(&datasets) {
                     Ok(e) => e,
                     // Only the balance needed them: data with no measurable rows (all bad,
@@ -245,15 +240,7 @@ impl Pipeline {
                     Err(e) => return Err(e),
                 },
             };
-            if estimates.is_empty() {
-                None
-            } else {
-                metadata.insert(
-                    TOKEN_ESTIMATES.to_string(),
-                    serde_json::to_string(&estimates).map_err(|e| Error::Build(e.to_string()))?,
-                );
-                Some(estimates)
-            }
+            if estimates.is_empty() { None } else { Some(estimates) }
         } else {
             None
         };
@@ -302,7 +289,7 @@ impl Pipeline {
             seed: self.seed,
             bad_records: self.bad_records,
             tail: self.tail,
-            metadata,
+            token_estimates: estimates.clone().unwrap_or_default(),
         };
         Ok(Assembled { spec, estimates, weights, shares, ensure_stage })
     }
@@ -348,21 +335,19 @@ impl Pipeline {
                 let field_refs: Vec<&str> = fields.iter().map(String::as_str).collect();
                 let mut cfg = self.mixture.estimate;
                 cfg.seed = self.seed;
-                let key = {
-                    use sha2::Digest as _;
-                    let mut h = sha2::Sha256::new();
-                    h.update(datasets.fingerprint().0);
-                    h.update(tokenizer.sha256().as_bytes());
-                    h.update(format!(
-                        "{fields:?}|{}|{}|{}|{}|quantiles {}",
-                        cfg.length_rows,
-                        cfg.token_rows,
-                        cfg.max_token_bytes,
-                        cfg.seed,
-                        zephon_mix::ROW_QUANTILES
-                    ));
-                    hex::encode(&h.finalize()[..16])
-                };
+                // Everything the estimates depend on, in the canonical settings encoding.
+                let key = zephon_core::Settings::new("token-estimates", 1)
+                    .set("datasets", datasets.fingerprint())
+                    .set("tokenizer", tokenizer.sha256())
+                    .set("fields", fields.clone())
+                    .set("length_rows", cfg.length_rows)
+                    .set("token_rows", cfg.token_rows)
+                    .set("max_token_bytes", cfg.max_token_bytes)
+                    .set("seed", cfg.seed)
+                    .set("quantiles", zephon_mix::ROW_QUANTILES)
+                    .digest()
+                    .to_hex()[..32]
+                    .to_string();
                 let added = t.tokens_added() as f64;
                 let kept = t.truncates_to().map(|m| m as f64);
                 let with_added = |mut estimates: Vec<TokenEstimate>| {
@@ -372,7 +357,7 @@ impl Pipeline {
                     estimates
                 };
                 cfg.threads = self.exec.threads.max(1);
-                let count = move |s: &str| tokenizer.count(s);
+                let count = move |s: &str| tokenizer.count(s).map_err(|e| e.to_string());
                 let estimates = crate::measured::once(
                     &format!("{key}.json"),
                     |b| serde_json::from_slice(b).ok(),
@@ -446,26 +431,29 @@ impl Pipeline {
     fn row_sizes(&self, datasets: &Datasets, tokens: bool) -> Result<Vec<Vec<u32>>> {
         #[cfg(feature = "text")]
         {
-            use sha2::Digest as _;
             let tokenizer = self.tokenize.as_ref().map(|t| t.tokenizer().clone());
             let fields = self.text_fields();
-            let mut h = sha2::Sha256::new();
-            h.update(datasets.fingerprint().0);
-            match (&tokenizer, tokens) {
-                (Some(t), true) => h.update(format!("row tokens|{fields:?}|{}", t.sha256())),
-                _ => h.update(format!("row bytes|{fields:?}")),
-            }
+            let measure = match (&tokenizer, tokens) {
+                (Some(t), true) => zephon_core::Settings::new("row-tokens", 1).set("tokenizer", t.sha256()),
+                _ => zephon_core::Settings::new("row-bytes", 1),
+            };
+            let key = measure.set("datasets", datasets.fingerprint()).set("fields", fields.clone()).digest();
             let rows: Vec<u64> = datasets.manifests().iter().map(|m| m.rows()).collect();
             let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
             let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
             let threads = self.exec.threads.max(1);
             crate::measured::once(
-                &format!("{}.rows", hex::encode(&h.finalize()[..16])),
+                &format!("{}.rows", &key.to_hex()[..32]),
                 |b| decode_row_sizes(b, &rows),
                 |sizes| encode_row_sizes(sizes),
                 || {
                     Ok(match (&tokenizer, tokens) {
-                        (Some(t), true) => zephon_mix::row_sizes(datasets, &refs, &|s| t.count(s).map(clamp), threads)?,
+                        (Some(t), true) => zephon_mix::row_sizes(
+                            datasets,
+                            &refs,
+                            &|s| t.count(s).map(clamp).map_err(|e| e.to_string()),
+                            threads,
+                        )?,
                         _ => zephon_mix::row_sizes(datasets, &refs, &|s| Ok(clamp(s.len())), threads)?,
                     })
                 },

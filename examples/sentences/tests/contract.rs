@@ -23,7 +23,7 @@ fn a_document_without_text_is_a_reported_bad_record() {
     use zephon_operator::testing::{CheckOptions, check_operator};
     let bad = vec![zephon_operator::Record::from_sample(zephon_operator::SampleId::new(0, 0, 0))];
     let e = check_operator(|| Sentences { min_bytes: 10 }, bad, CheckOptions::default()).unwrap_err();
-    assert!(e.contains("no text"), "{e}");
+    assert!(e.to_string().contains("no text"), "{e}");
 }
 
 #[test]

@@ -2,14 +2,13 @@
 //!
 //! ```text
 //! ZEPHON-CHECKPOINT            (the envelope of seal.rs)
-//! format 3
+//! format 6
 //! length <body bytes>
 //! sha256 <hex of body>
 //! <body: deflate of "<JSON length>\n", the JSON of the run fingerprint, metadata, step and the
 //!        lanes' states without their lineage, then the lineage in its compact code>
 //! ```
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,8 +16,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    EXTENSION, Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint::fingerprint_diff, lineage_code,
-    seal,
+    EXTENSION, Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, RunMetadata, fingerprint::fingerprint_diff,
+    lineage_code, seal,
 };
 use crate::error::{Error, Result};
 use zephon_operator::Lane;
@@ -28,7 +27,7 @@ const MAGIC: &str = "ZEPHON-CHECKPOINT";
 #[derive(Debug, Serialize, Deserialize)]
 struct Body {
     fingerprint: RunFingerprint,
-    metadata: BTreeMap<String, String>,
+    metadata: RunMetadata,
     /// The first step not yet delivered when the checkpoint was taken.
     next_step: u64,
     world_size: u32,
@@ -49,7 +48,7 @@ pub fn file_name(first: Lane, last: Lane) -> String {
 pub fn write(
     dir: &Path,
     fingerprint: &RunFingerprint,
-    metadata: &BTreeMap<String, String>,
+    metadata: &RunMetadata,
     next_step: u64,
     world_size: u32,
     rank: u32,
@@ -204,7 +203,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Parsed> {
 
 /// The run metadata saved with the checkpoint in `dir` (see `RunSpec::metadata`), read from
 /// its first valid file. Restores read this before building the run.
-pub fn metadata(dir: &Path) -> Result<BTreeMap<String, String>> {
+pub fn metadata(dir: &Path) -> Result<RunMetadata> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -223,13 +222,13 @@ pub fn metadata(dir: &Path) -> Result<BTreeMap<String, String>> {
 /// the checkpoint belongs to this run.
 ///
 /// Fails when a lane is missing, two files disagree about a lane, the files are at different
-/// steps, or any part of the fingerprint differs (the error names the parts; with `notes`,
-/// the run's shard listings, a changed dataset names its changed shards). `streams` are the
-/// run's, to decode lineage named by distance (see [`write()`]).
+/// steps, or any part of the fingerprint differs (the error names the parts; a changed dataset
+/// names its changed shards, from the run's `metadata`). `streams` are the run's, to decode
+/// lineage named by distance (see [`write()`]).
 pub fn load(
     dir: &Path,
     fingerprint: &RunFingerprint,
-    notes: &BTreeMap<String, String>,
+    metadata: &RunMetadata,
     wanted: &[Lane],
     streams: &LaneStreams,
 ) -> Result<Loaded> {
@@ -252,7 +251,7 @@ pub fn load(
     for path in files {
         let parsed = read_file(&path)?;
         let saved = &parsed.body;
-        let diffs = fingerprint_diff(&saved.fingerprint, fingerprint, &saved.metadata, notes);
+        let diffs = fingerprint_diff(&saved.fingerprint, fingerprint, &saved.metadata, metadata);
         if !diffs.is_empty() {
             return Err(mismatch(format!("{} was written by a different run: {}", path.display(), diffs.join("; "))));
         }

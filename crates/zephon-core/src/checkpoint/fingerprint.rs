@@ -122,12 +122,12 @@ impl RunFingerprint {
 }
 
 /// What differs between a saved fingerprint and the run's, part by part: for a dataset, its
-/// changed shards (from the notes); for an operator, its first changed setting.
+/// changed shards (from the shard listings); for an operator, its first changed setting.
 pub(super) fn fingerprint_diff(
     saved: &RunFingerprint,
     now: &RunFingerprint,
-    saved_notes: &BTreeMap<String, String>,
-    now_notes: &BTreeMap<String, String>,
+    saved_meta: &super::RunMetadata,
+    now_meta: &super::RunMetadata,
 ) -> Vec<String> {
     if saved.digest() == now.digest() {
         return Vec::new();
@@ -138,8 +138,9 @@ pub(super) fn fingerprint_diff(
         .into_iter()
         .filter(|k| saved.get(*k) != now.get(*k))
         .map(|k| {
-            let shards = k.strip_prefix("dataset ").map(|name| format!("shards {name}"));
-            if let Some((was, is)) = shards.and_then(|n| Some((saved_notes.get(&n)?, now_notes.get(&n)?))) {
+            let listings =
+                |name: &str| Some((saved_meta.shard_listings.get(name)?, now_meta.shard_listings.get(name)?));
+            if let Some((was, is)) = k.strip_prefix("dataset ").and_then(listings) {
                 return format!("{k} changed: {}", shard_diff(was, is));
             }
             match (saved.get(k), now.get(k)) {
@@ -287,8 +288,8 @@ mod tests {
         now.seed = 8;
         now.operators[0].settings = "pack/v1 seq_len=16".into();
         now.operators[0].digest = Settings::new("pack", 1).set("seq_len", 16u32).digest();
-        let d = fingerprint_diff(&was, &now, &BTreeMap::new(), &BTreeMap::new());
+        let d = fingerprint_diff(&was, &now, &Default::default(), &Default::default());
         assert_eq!(d, vec!["operator 0 (pack) was seq_len=8 and is now seq_len=16", "seed was 7 and is now 8"]);
-        assert!(fingerprint_diff(&was, &fixed(), &BTreeMap::new(), &BTreeMap::new()).is_empty());
+        assert!(fingerprint_diff(&was, &fixed(), &Default::default(), &Default::default()).is_empty());
     }
 }

@@ -103,8 +103,8 @@ impl<'a> Window<'a> {
         self.next = n.checked_sub(1);
         let (source, lanes) = (&self.streams.source, self.streams.lanes);
         let chunk = match (self.dataset, source.steering()) {
-            (None, _) => source.chunk(self.lane, lanes, n)?,
-            (Some(d), Some(s)) => s.dataset_chunk(self.lane, lanes, d, n)?,
+            (None, _) => source.chunk(self.lane, lanes, n).map_err(|e| e.to_string())?,
+            (Some(d), Some(s)) => s.dataset_chunk(self.lane, lanes, d, n).map_err(|e| e.to_string())?,
             (Some(_), None) => return Err("a steered lane's lineage, but the work source does not steer".into()),
         };
         let Some(samples) = chunk.map(|c| c.samples) else { return Ok(true) };
@@ -424,7 +424,7 @@ mod tests {
     struct Rows;
 
     impl WorkSource for Rows {
-        fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> Result<Option<Chunk>, String> {
+        fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> crate::Result<Option<Chunk>> {
             let g = n * u64::from(lanes) + u64::from(lane.0);
             Ok(Some(Chunk {
                 index: g,
@@ -455,8 +455,8 @@ mod tests {
     struct TwoStreams;
 
     impl WorkSource for TwoStreams {
-        fn chunk(&self, _: Lane, _: u32, _: u64) -> Result<Option<Chunk>, String> {
-            Err("steered".into())
+        fn chunk(&self, lane: Lane, _: u32, _: u64) -> crate::Result<Option<Chunk>> {
+            Err(crate::Error::Source { lane, message: "steered".into() })
         }
         fn fingerprint(&self) -> zephon_operator::Settings {
             zephon_operator::Settings::new("test", 1).set("text", "two streams")
@@ -470,7 +470,7 @@ mod tests {
         fn datasets(&self) -> u32 {
             2
         }
-        fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> Result<Option<Chunk>, String> {
+        fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> crate::Result<Option<Chunk>> {
             let g = k * u64::from(lanes) + u64::from(lane.0);
             Ok(Some(Chunk { index: g, samples: (0..50).map(|i| SampleId::new(d, 0, g * 50 + i)).collect() }))
         }

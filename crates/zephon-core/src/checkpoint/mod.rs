@@ -35,9 +35,21 @@ use crate::error::{Error, Result};
 use zephon_operator::{AccumulatorState, Lane, Lineage};
 
 /// The checkpoint format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// File name extension of checkpoint files.
 pub const EXTENSION: &str = "zck";
+
+/// What a checkpoint keeps about the run beside its fingerprint: facts it was built from that
+/// a restore must not measure again, and what names a change when the fingerprint differs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunMetadata {
+    /// Each dataset's shard listing (file, rows, bytes, content version a line), by dataset
+    /// name: a changed dataset is reported by the shards that changed.
+    pub shard_listings: BTreeMap<String, String>,
+    /// Tokens per row of each dataset as the run planned with them (empty when it planned
+    /// none). A restore plans with these: measuring again could give other numbers.
+    pub token_estimates: Vec<crate::TokenEstimate>,
+}
 
 /// A lane's position in its chunk stream: the next sample to push is sample `offset` of the
 /// lane's chunk `chunk`.
@@ -105,16 +117,17 @@ impl SteerState {
 impl LaneState {
     /// The chunk the lane's cursor is in, from `source` with `lanes` lanes: its `cursor.chunk`-th
     /// chunk, or for a steered lane its chunk `cursor.chunk` of the dataset it reads.
-    pub fn cursor_chunk(&self, source: &dyn crate::WorkSource, lanes: u32) -> Result<Option<crate::Chunk>, String> {
+    pub fn cursor_chunk(&self, source: &dyn crate::WorkSource, lanes: u32) -> crate::Result<Option<crate::Chunk>> {
         match (&self.steer, source.steering()) {
             (Some(st), Some(s)) => match st.current {
                 Some(d) => s.dataset_chunk(self.lane, lanes, d, self.cursor.chunk),
                 None => Ok(None),
             },
             (None, None) => source.chunk(self.lane, lanes, self.cursor.chunk),
-            _ => {
-                Err(format!("{}: the lane state and the work source disagree on whether lanes are steered", self.lane))
-            }
+            _ => Err(crate::Error::Source {
+                lane: self.lane,
+                message: "the lane state and the work source disagree on whether lanes are steered".into(),
+            }),
         }
     }
 }

@@ -48,7 +48,11 @@ pub(super) fn unseal(magic: &str, what: &str, bytes: &[u8]) -> Result<Vec<u8>, S
     };
     let format = field(line("format")?, "format")?;
     if format != FORMAT_VERSION.to_string() {
-        return Err(format!("format version {format}, this build reads version {FORMAT_VERSION}"));
+        return Err(format!(
+            "format version {format}, this build reads version {FORMAT_VERSION}: the lanes' states \
+             cannot be carried over; resume with the zephon version that wrote it (CHANGELOG.md \
+             names the format each release writes)"
+        ));
     }
     let length: usize =
         field(line("length")?, "length")?.parse().map_err(|_| "the length is not a number".to_string())?;

@@ -9,12 +9,11 @@
 //! checkpoints never mix unnoticed (a store that keeps one copy of a replicated key does not
 //! compare the copies).
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, fingerprint::fingerprint_diff, lineage_code, seal,
+    Gathered, LaneState, LaneStreams, Loaded, RunFingerprint, RunMetadata, fingerprint::fingerprint_diff, lineage_code,
+    seal,
 };
 use crate::error::{Error, Result};
 use zephon_operator::Lane;
@@ -46,7 +45,7 @@ pub struct LanePart {
 #[derive(Debug, Serialize, Deserialize)]
 struct RunPart {
     fingerprint: RunFingerprint,
-    metadata: BTreeMap<String, String>,
+    metadata: RunMetadata,
     next_step: u64,
     lanes: u32,
 }
@@ -60,14 +59,14 @@ struct LaneBody {
 }
 
 /// What a split checkpoint's run part says about itself.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunSummary {
     /// The first step a restore delivers.
     pub next_step: u64,
     /// The run's lane count.
     pub lanes: u32,
     /// The run metadata (token estimates, shard listings).
-    pub metadata: BTreeMap<String, String>,
+    pub metadata: RunMetadata,
 }
 
 fn bad(message: String) -> Error {
@@ -84,7 +83,7 @@ impl SplitCheckpoint {
     /// With `streams`, buffered samples are named by distance back in their lane's input.
     pub fn encode(
         fingerprint: &RunFingerprint,
-        metadata: &BTreeMap<String, String>,
+        metadata: &RunMetadata,
         next_step: u64,
         lanes: u32,
         states: Vec<LaneState>,
@@ -114,20 +113,20 @@ impl SplitCheckpoint {
     }
 
     /// The states of `wanted` lanes, after checking that the run part belongs to this run
-    /// (`fingerprint`, with `notes` to name a changed shard), that every lane part belongs to
+    /// (`fingerprint`, with the run's `metadata` to name a changed shard), that every lane part belongs to
     /// that run part and its step, and that every wanted lane has a part. `key` names a lane's
     /// part in errors as the caller stores it.
     pub fn load(
         run: &[u8],
         lanes: &[LanePart],
         fingerprint: &RunFingerprint,
-        notes: &BTreeMap<String, String>,
+        metadata: &RunMetadata,
         wanted: &[Lane],
         streams: &LaneStreams,
         key: &dyn Fn(Lane) -> String,
     ) -> Result<Loaded> {
         let saved = open_run(run)?;
-        let diffs = fingerprint_diff(&saved.fingerprint, fingerprint, &saved.metadata, notes);
+        let diffs = fingerprint_diff(&saved.fingerprint, fingerprint, &saved.metadata, metadata);
         if !diffs.is_empty() {
             return Err(bad(format!("it was written by a different run: {}", diffs.join("; "))));
         }

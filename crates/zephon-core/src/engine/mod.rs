@@ -48,7 +48,7 @@ pub struct Engine {
     /// Lane states after the last delivered step (or at start), when snapshotted.
     states: Option<Vec<Snapshot>>,
     fingerprint: RunFingerprint,
-    metadata: std::collections::BTreeMap<String, String>,
+    metadata: checkpoint::RunMetadata,
     /// Lanes that still had data when this rank's input ended under `Tail::Drop`.
     cut_off: Vec<Lane>,
     cut_off_pieces: BTreeMap<u32, CutOff>,
@@ -91,7 +91,7 @@ impl Engine {
         opts.check()?;
         let owned: Vec<Lane> = topology.owned_lanes().collect();
         let streams = LaneStreams::new(spec.source.clone(), topology.lanes());
-        let loaded = checkpoint::load(dir, &spec.fingerprint(&topology), &spec.notes(), &owned, &streams)?;
+        let loaded = checkpoint::load(dir, &spec.fingerprint(&topology), &spec.metadata(), &owned, &streams)?;
         Engine::resume(spec, topology, opts, loaded, &dir.display().to_string())
     }
 
@@ -112,7 +112,7 @@ impl Engine {
             &split.run,
             &split.lanes,
             &spec.fingerprint(&topology),
-            &spec.notes(),
+            &spec.metadata(),
             &owned,
             &streams,
             key,
@@ -129,8 +129,7 @@ impl Engine {
             .into_iter()
             .map(|s| LaneRun::start(s, 0).snapshot_now().state())
             .collect();
-        let mut metadata = spec.notes();
-        metadata.extend(spec.metadata.clone());
+        let metadata = spec.metadata();
         let streams = LaneStreams::new(spec.source.clone(), topology.lanes());
         SplitCheckpoint::encode(&spec.fingerprint(topology), &metadata, 0, topology.lanes(), states, Some(&streams))
     }
@@ -242,8 +241,7 @@ impl Engine {
                     .map_err(|e| Error::Config(format!("cannot start worker thread: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut metadata = spec.notes();
-        metadata.extend(spec.metadata);
+        let metadata = spec.metadata();
         Ok(Engine {
             shared,
             workers,
@@ -272,9 +270,9 @@ impl Engine {
         &self.fingerprint
     }
 
-    /// What every checkpoint file holds beside the lanes and the fingerprint: the run's
-    /// metadata (token estimates) and notes (shard listings).
-    pub fn metadata(&self) -> &std::collections::BTreeMap<String, String> {
+    /// What every checkpoint file holds beside the lanes and the fingerprint: the token
+    /// estimates and the shard listings.
+    pub fn metadata(&self) -> &checkpoint::RunMetadata {
         &self.metadata
     }
 

@@ -206,7 +206,7 @@ fn resume_lane(spec: &RunSpec, plan: &Plan, mut setup: LaneSetup, st: LaneState,
                 .iter()
                 .map(|l| {
                     rb.covering(Level::AccIn(k), l)
-                        .and_then(|r| r.narrow_to(l).map_err(OpError::Fatal))
+                        .and_then(|r| r.narrow_to(l).map_err(OpError::fatal))
                         .map_err(|e| rebuild_err(l, e))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -217,7 +217,7 @@ fn resume_lane(spec: &RunSpec, plan: &Plan, mut setup: LaneSetup, st: LaneState,
             .iter()
             .map(|l| {
                 rb.covering(Level::Row, l)
-                    .and_then(|r| r.narrow_to(l).map_err(OpError::Fatal))
+                    .and_then(|r| r.narrow_to(l).map_err(OpError::fatal))
                     .map_err(|e| rebuild_err(l, e))
             })
             .collect::<Result<Vec<_>>>()?;

@@ -333,9 +333,12 @@ impl Sched {
                         d.ended = true;
                         return UnitKind::End;
                     }
-                    Err(m) => {
+                    Err(e) => {
                         d.ended = true;
-                        return UnitKind::SourceFailed(m);
+                        return UnitKind::SourceFailed(match e {
+                            crate::Error::Source { message, .. } => message,
+                            other => other.to_string(),
+                        });
                     }
                 },
             };

@@ -69,11 +69,11 @@ pub struct RunSpec {
     pub bad_records: BadRecords,
     /// The end-of-input policy.
     pub tail: Tail,
-    /// Facts the run was built from that must not be measured again on restore (token
-    /// estimates, for one). Saved in every checkpoint file; read back with
-    /// [`checkpoint::metadata`] before building the restored run. Their effect on the data is
-    /// covered by the other parts' fingerprints.
-    pub metadata: std::collections::BTreeMap<String, String>,
+    /// The token estimates the run planned with (empty when it planned none): saved in every
+    /// checkpoint ([`checkpoint::RunMetadata`]) and read back with [`checkpoint::metadata`]
+    /// before building the restored run, so that it plans with the same numbers. Their effect
+    /// on the data is covered by the other parts' fingerprints.
+    pub token_estimates: Vec<crate::TokenEstimate>,
 }
 
 impl RunSpec {
@@ -112,10 +112,13 @@ impl RunSpec {
         }
     }
 
-    /// What a checkpoint keeps beside the fingerprint to explain a mismatch: every dataset's
-    /// shard listing (`shards <name>`), so that a changed dataset names the shard.
-    pub fn notes(&self) -> std::collections::BTreeMap<String, String> {
-        self.datasets.manifests().iter().map(|m| (format!("shards {}", m.name), m.shard_listing())).collect()
+    /// What a checkpoint keeps beside the fingerprint: the token estimates, and every
+    /// dataset's shard listing, so that a changed dataset names the shard.
+    pub fn metadata(&self) -> checkpoint::RunMetadata {
+        checkpoint::RunMetadata {
+            shard_listings: self.datasets.manifests().iter().map(|m| (m.name.clone(), m.shard_listing())).collect(),
+            token_estimates: self.token_estimates.clone(),
+        }
     }
 }
 

@@ -85,6 +85,16 @@ fn a_changed_run_is_refused_with_the_changed_parts() {
     assert!(e.contains("lanes was 4 and is now 8"), "{e}");
 }
 
+/// A file the previous release wrote (format 5, kept in tests/data) is refused by its version,
+/// with what to do, before anything else is read.
+#[test]
+fn a_checkpoint_of_the_previous_format_is_refused_naming_both_versions() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/format-5");
+    let e = restore_err(run_spec(), 1, 0, &dir);
+    let want = format!("format version 5, this build reads version {}", checkpoint::FORMAT_VERSION);
+    assert!(e.contains(&want) && e.contains("resume with the zephon version that wrote it"), "{e}");
+}
+
 #[test]
 fn corrupt_and_truncated_files_are_refused() {
     let tmp = tempfile::tempdir().unwrap();

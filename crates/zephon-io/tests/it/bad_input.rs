@@ -37,7 +37,7 @@ pub fn spec_for(ds: Arc<dyn Dataset>, bad_records: BadRecords) -> RunSpec {
         seed: 1,
         bad_records,
         tail: Tail::Partial,
-        metadata: Default::default(),
+        token_estimates: Vec::new(),
     }
 }
 

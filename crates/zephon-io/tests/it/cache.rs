@@ -38,7 +38,7 @@ fn spec_for(ds: Arc<dyn Dataset>) -> RunSpec {
         seed: 1,
         bad_records: BadRecords::Fail,
         tail: Tail::Partial,
-        metadata: Default::default(),
+        token_estimates: Vec::new(),
     }
 }
 

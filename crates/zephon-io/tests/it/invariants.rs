@@ -38,7 +38,7 @@ fn mixed_spec(format: &str, exhaustion: Exhaustion, tail: Tail, shuffle: usize) 
         seed: 3,
         bad_records: BadRecords::Fail,
         tail,
-        metadata: Default::default(),
+        token_estimates: Vec::new(),
     }
 }
 
@@ -158,7 +158,7 @@ fn every_real_row_is_delivered_exactly_once() {
         seed: 1,
         bad_records: BadRecords::Fail,
         tail: Tail::Partial,
-        metadata: Default::default(),
+        token_estimates: Vec::new(),
     };
     for (lanes, w1, w2) in [(1u32, 1u32, 1u32), (8, 2, 4), (64, 8, 1)] {
         let (mut coverage, _) = delivered(&spec, lanes, (w1, w2), 20);
@@ -280,7 +280,7 @@ impl ShortAndLong {
             seed: 1,
             bad_records: BadRecords::Fail,
             tail: Tail::Drop,
-            metadata: Default::default(),
+            token_estimates: Vec::new(),
         }
     }
 }

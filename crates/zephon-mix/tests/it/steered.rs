@@ -47,7 +47,7 @@ fn run_spec(shares: &[f64], exhaustion: Exhaustion, chunk_tokens: u64, ensure: b
         seed: 9,
         bad_records: BadRecords::Fail,
         tail,
-        metadata: Default::default(),
+        token_estimates: Vec::new(),
     }
 }
 

@@ -117,14 +117,14 @@ fn token_estimates_are_restored_from_the_checkpoint_not_remeasured() {
             seed: 1,
             bad_records: BadRecords::Fail,
             tail: Tail::Drop,
-            metadata: [("token-estimates".to_string(), serde_json::to_string(est).unwrap())].into(),
+            token_estimates: est.to_vec(),
         }
     };
     let reference = run_ranks(&spec_from(&est), 4, 8, 1, opts(2, 4, 2), 6, None, None);
     let tmp = tempfile::tempdir().unwrap();
     let mut got = run_ranks(&spec_from(&est), 4, 8, 2, opts(2, 4, 2), 3, None, Some(tmp.path()));
     let saved = checkpoint::metadata(tmp.path()).unwrap();
-    let restored: Vec<TokenEstimate> = serde_json::from_str(&saved["token-estimates"]).unwrap();
+    let restored = saved.token_estimates;
     assert_eq!(restored, est);
     got.extend(run_ranks(&spec_from(&restored), 4, 8, 4, opts(2, 4, 2), 3, Some(tmp.path()), None));
     assert_eq!(got, reference);

@@ -85,7 +85,7 @@ impl Spec {
         if let Some(pt) = &self.pretokenized {
             #[cfg(feature = "text")]
             {
-                let v = |m: String| bad(format!("[pretokenized] {m}"));
+                let v = |e: zephon_text::Error| bad(format!("[pretokenized] {e}"));
                 let mut op = zephon_text::PreTokenized::new(pt.field.as_deref().unwrap_or("input_ids"));
                 if let Some(n) = pt.vocab_size {
                     op = op.vocab_size(n).map_err(v)?;

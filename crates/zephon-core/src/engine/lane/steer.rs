@@ -71,8 +71,8 @@ impl LaneRun {
                         a.dataset_ended(d);
                     }
                 }
-                Err(message) => {
-                    self.error = Some(Error::Source { lane, message });
+                Err(e) => {
+                    self.error = Some(e);
                     return;
                 }
             }
@@ -98,7 +98,7 @@ impl LaneRun {
                     message: format!("the checkpoint's chunk {} of dataset #{d} does not exist", cursor.chunk),
                 })
             }
-            Some(Err(message)) => self.error = Some(Error::Source { lane, message }),
+            Some(Err(e)) => self.error = Some(e),
             None => self.error = Some(Error::Source { lane, message: "the work source does not steer".into() }),
         }
     }
