@@ -39,7 +39,7 @@ fn busy(d: Duration) {
 fn per_step(lanes: u32, work: Duration) -> (f64, f64) {
     let topology = Topology::builder().lanes(lanes).rows_per_step(ROWS).build().unwrap();
     let sink = Sink::cpu();
-    let mut engine = Engine::start(spec(), topology, opts()).unwrap();
+    let mut engine = Engine::start(spec(), topology.clone(), opts()).unwrap();
     for _ in 0..5 {
         engine.next_step().unwrap();
     }

@@ -309,7 +309,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     };
     let progress = crate::progress::Progress::new(!args.quiet, target.map(|t| t - first_step));
     let mut report = RunReport { first_step, ..RunReport::default() };
-    let mut shares = ShareTracker::new(loader.dataset_names(), loader.token_shares());
+    let mut shares = ShareTracker::new(loader.dataset_names(), loader.token_shares(0));
     let mut first_batch: Option<(Instant, u64)> = None;
     let result = (|| -> Result<(), CliError> {
         while target.is_none_or(|t| loader.position().0 < t) {

@@ -57,6 +57,7 @@ mod plan;
 mod plan_node;
 mod source;
 mod step;
+mod step_schedule;
 pub mod testing;
 mod token_estimate;
 mod topology;
@@ -76,6 +77,7 @@ pub use source::{
     deal_chunk,
 };
 pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
+pub use step_schedule::{RowsPerStep, ShareSchedule, StepSchedule};
 pub use token_estimate::{ROW_QUANTILES, TokenEstimate};
 pub use topology::{Place, RankEnv, Topology, TopologyBuilder};
 // The operator interface, so that a user of the engine needs one import; an operator crate

@@ -214,6 +214,12 @@ pub trait WorkSource: Send + Sync {
 /// ([`crate::checkpoint::SteerState`]), so a restore seeks in O(1) and replays nothing, and
 /// since it depends on the lane's stream alone it is the same at every world size and thread
 /// count.
+///
+/// The targets are [`Steering::shares`], a schedule over steps. A lane reads by the shares in
+/// force at the step it is making rows for; when that step enters a new segment the lane
+/// counts what it delivers afresh and tells its accumulators
+/// ([`zephon_operator::Accumulator::targets_changed`]). That is a pure function of the lane's
+/// stream too: the step a lane's next row goes to is a count of its rows.
 pub trait Steering: Send + Sync {
     /// Number of datasets.
     fn datasets(&self) -> u32;
@@ -222,9 +228,13 @@ pub trait Steering: Send + Sync {
     /// the lane has no more of that dataset (it then has none for any larger `k`).
     fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> crate::Result<Option<Chunk>>;
 
-    /// The dataset a lane reads next, given the tokens it delivered of each dataset and which
-    /// datasets it has no more chunks of; `None` when the lane's input ends.
-    fn next_dataset(&self, delivered: &[u64], exhausted: &[bool]) -> Option<u32>;
+    /// The target token shares by step, one share a dataset, each segment summing to 1.
+    fn shares(&self) -> &crate::ShareSchedule;
+
+    /// The dataset a lane reads next, given the `shares` in force, the tokens it delivered of
+    /// each dataset since they took effect and which datasets it has no more chunks of; `None`
+    /// when the lane's input ends.
+    fn next_dataset(&self, shares: &[f64], delivered: &[u64], exhausted: &[bool]) -> Option<u32>;
 }
 
 /// An in-memory dataset of named fields, for tests and examples.

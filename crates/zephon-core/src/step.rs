@@ -115,7 +115,8 @@ impl LocalStep {
         self.lanes.iter().flat_map(|l| l.rows.iter())
     }
 
-    /// Number of rows (the topology's local rows, fewer only in a final partial step).
+    /// Number of rows (the topology's local rows of this step, fewer only in a final partial
+    /// step).
     pub fn len(&self) -> usize {
         self.lanes.iter().map(|l| l.rows.len()).sum()
     }
@@ -125,9 +126,9 @@ impl LocalStep {
         self.len() == 0
     }
 
-    /// Whether this is a final partial step (some lane gave fewer than R rows).
+    /// Whether this is a final partial step (some lane gave fewer than G(step)/L rows).
     pub fn is_partial(&self) -> bool {
-        let r = self.topology.rows_per_lane() as usize;
+        let r = self.topology.rows_per_lane_at(self.step.0) as usize;
         self.lanes.iter().any(|l| l.rows.len() != r)
     }
 

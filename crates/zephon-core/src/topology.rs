@@ -5,18 +5,21 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::step_schedule::RowsPerStep;
 use zephon_operator::Lane;
 
-/// The shape of a run: L lanes, G rows per global step, and this process's place (rank r of W).
+/// The shape of a run: L lanes, G(step) rows per global step, and this process's place (rank
+/// r of W).
 ///
-/// A `Topology` can only be built valid: `L ≥ 1`, `L` divides `G`, `W` divides `L`, `r < W`.
-/// Rank r owns the contiguous lanes `[r·L/W, (r+1)·L/W)`; each lane gives `R = G/L` rows to
-/// each step. L and G are properties of the run (they shape the data); W and r are properties
-/// of where it happens to execute and may change at every restart.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A `Topology` can only be built valid: `L ≥ 1`, `L` divides `G(step)` at every step of the
+/// schedule, `W` divides `L` (so `W` divides every `G(step)` too), `r < W`. Rank r owns the
+/// contiguous lanes `[r·L/W, (r+1)·L/W)`; each lane gives `G(step)/L` rows to step `step`. L
+/// and the schedule of G are properties of the run (they shape the data); W and r are
+/// properties of where it happens to execute and may change at every restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Topology {
     lanes: u32,
-    rows_per_step: u32,
+    rows_per_step: RowsPerStep,
     world_size: u32,
     rank: u32,
 }
@@ -41,14 +44,14 @@ impl Place {
 /// ```
 /// use zephon_core::{Place, Topology};
 /// let t = Topology::builder().lanes(8).rows_per_step(32).place(Place { rank: 3, world_size: 4 }).build()?;
-/// assert_eq!((t.rows_per_lane(), t.owned_range()), (4, 6..8));
+/// assert_eq!((t.rows_per_lane_at(0), t.owned_range()), (4, 6..8));
 /// # Ok::<(), zephon_core::Error>(())
 /// ```
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub struct TopologyBuilder {
     lanes: u32,
-    rows_per_step: u32,
+    rows_per_step: Option<RowsPerStep>,
     place: Place,
 }
 
@@ -59,9 +62,10 @@ impl TopologyBuilder {
         self
     }
 
-    /// G, the rows of a global step (no default: it shapes the data).
-    pub fn rows_per_step(mut self, rows: u32) -> Self {
-        self.rows_per_step = rows;
+    /// G, the rows of a global step: a number, the same at every step, or a [`RowsPerStep`]
+    /// schedule (a batch-size ramp). No default: it shapes the data.
+    pub fn rows_per_step(mut self, rows: impl Into<RowsPerStep>) -> Self {
+        self.rows_per_step = Some(rows.into());
         self
     }
 
@@ -73,7 +77,8 @@ impl TopologyBuilder {
 
     /// Checks the settings and builds the topology.
     pub fn build(self) -> Result<Topology> {
-        Topology::checked(self.lanes, self.rows_per_step, self.place)
+        let rows = self.rows_per_step.ok_or_else(|| Error::Topology("the rows per step are not set".into()))?;
+        Topology::checked(self.lanes, rows, self.place)
     }
 
     /// Builds the topology with this process's place from the launcher's environment
@@ -93,19 +98,25 @@ impl Topology {
     /// A topology named setting by setting: `lanes` and `rows_per_step` are required, the
     /// place defaults to rank 0 of 1.
     pub fn builder() -> TopologyBuilder {
-        TopologyBuilder { lanes: 0, rows_per_step: 0, place: Place::SINGLE }
+        TopologyBuilder { lanes: 0, rows_per_step: None, place: Place::SINGLE }
     }
 
-    fn checked(lanes: u32, rows_per_step: u32, place: Place) -> Result<Self> {
+    fn checked(lanes: u32, rows_per_step: RowsPerStep, place: Place) -> Result<Self> {
         let Place { rank, world_size } = place;
         let bad = |m: String| Err(Error::Topology(m));
         if lanes == 0 {
             return bad("the lane count must be at least 1".into());
         }
-        if rows_per_step == 0 || !rows_per_step.is_multiple_of(lanes) {
-            return bad(format!(
-                "rows per global step ({rows_per_step}) must be a positive multiple of the lane count ({lanes})"
-            ));
+        // Every lane gives each step the same number of rows: a G the lanes do not divide
+        // would need a rule for which lanes give one more, and that rule would move with L.
+        for &(step, g) in rows_per_step.segments() {
+            if g == 0 || !g.is_multiple_of(lanes) {
+                let at = if rows_per_step.is_constant() { String::new() } else { format!(" from step {step}") };
+                return bad(format!(
+                    "rows per global step{at} ({g}) must be a positive multiple of the lane count ({lanes}): \
+                     every lane gives each step the same number of rows"
+                ));
+            }
         }
         if world_size == 0 || !lanes.is_multiple_of(world_size) {
             return bad(format!("the world size ({world_size}) must divide the lane count ({lanes})"));
@@ -118,7 +129,7 @@ impl Topology {
 
     /// The same run at another place.
     pub fn placed(&self, place: Place) -> Result<Self> {
-        Topology::checked(self.lanes, self.rows_per_step, place)
+        Topology::checked(self.lanes, self.rows_per_step.clone(), place)
     }
 
     /// This process's place.
@@ -131,14 +142,19 @@ impl Topology {
         self.lanes
     }
 
-    /// G, rows per global step.
-    pub fn rows_per_step(&self) -> u32 {
-        self.rows_per_step
+    /// G, the rows of each global step: a schedule, constant unless the run ramps its batch.
+    pub fn rows_per_step(&self) -> &RowsPerStep {
+        &self.rows_per_step
     }
 
-    /// R = G/L, rows each lane gives each step.
-    pub fn rows_per_lane(&self) -> u32 {
-        self.rows_per_step / self.lanes
+    /// G(step), the rows of global step `step`.
+    pub fn rows_at(&self, step: u64) -> u32 {
+        self.rows_per_step.at(step)
+    }
+
+    /// G(step)/L, the rows each lane gives step `step`.
+    pub fn rows_per_lane_at(&self, step: u64) -> u32 {
+        self.rows_at(step) / self.lanes
     }
 
     /// W, the number of ranks.
@@ -151,9 +167,27 @@ impl Topology {
         self.rank
     }
 
-    /// Rows of this rank's local step: R times its lane count.
-    pub fn local_rows(&self) -> u32 {
-        self.rows_per_step / self.world_size
+    /// Rows of this rank's part of step `step`: G(step)/L times its lane count.
+    pub fn local_rows_at(&self, step: u64) -> u32 {
+        self.rows_at(step) / self.world_size
+    }
+
+    /// Checks that microbatches of `rows` rows cut this rank's part of every step of the
+    /// schedule evenly, naming the first step they do not: a run that cannot serve a step is
+    /// refused before it starts, not when it gets there.
+    pub fn check_microbatch(&self, rows: u32) -> Result<()> {
+        for &(step, _) in self.rows_per_step.segments() {
+            let local = self.local_rows_at(step);
+            if rows == 0 || !local.is_multiple_of(rows) {
+                return Err(Error::Topology(format!(
+                    "microbatches of {rows} rows do not divide the {local} local rows of step {step} \
+                     (world size {}, {} rows per global step)",
+                    self.world_size,
+                    self.rows_at(step)
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The lanes this rank owns, in order.
@@ -250,10 +284,32 @@ mod tests {
         );
         assert!(Topology::builder().lanes(8).rows_per_step(0).build().is_err());
         let t = Topology::builder().lanes(8).rows_per_step(32).place(Place { rank: 3, world_size: 4 }).build().unwrap();
-        assert_eq!(t.rows_per_lane(), 4);
+        assert_eq!(t.rows_per_lane_at(0), 4);
         assert_eq!(t.owned_range(), 6..8);
-        assert_eq!(t.local_rows(), 8);
+        assert_eq!(t.local_rows_at(9), 8);
         assert_eq!(t.owner_of(Lane(5)), 2);
+        let e = Topology::builder().lanes(8).build().unwrap_err().to_string();
+        assert!(e.contains("rows per step are not set"), "{e}");
+    }
+
+    #[test]
+    fn every_step_of_a_schedule_must_fit_the_lanes_and_microbatches() {
+        let g = RowsPerStep::new(vec![(0, 8), (10, 16), (20, 32)]).unwrap();
+        let t = Topology::builder()
+            .lanes(8)
+            .rows_per_step(g.clone())
+            .place(Place { rank: 1, world_size: 2 })
+            .build()
+            .unwrap();
+        assert_eq!((t.rows_per_lane_at(9), t.rows_per_lane_at(10), t.local_rows_at(25)), (1, 2, 16));
+        assert!(t.check_microbatch(4).is_ok());
+        let e = t.check_microbatch(8).unwrap_err().to_string();
+        assert!(e.contains("the 4 local rows of step 0"), "{e}");
+        let e = Topology::builder().lanes(16).rows_per_step(g).build().unwrap_err().to_string();
+        assert!(e.contains("from step 0 (8)"), "{e}");
+        let g = RowsPerStep::new(vec![(0, 8), (5, 10)]).unwrap();
+        let e = Topology::builder().lanes(4).rows_per_step(g).build().unwrap_err().to_string();
+        assert!(e.contains("from step 5 (10)"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,9 @@ use crate::held::Held;
 /// a lane's shares by a few rows' worth of tokens around the packer's.
 ///
 /// When a steered lane runs out of a dataset ([`Accumulator::dataset_ended`]), the others share
-/// the targets in proportion to their shares, as the work source does.
+/// the targets in proportion to their shares, as the work source does. When the mixture's share
+/// schedule starts a new segment ([`Accumulator::targets_changed`]) it takes the new targets
+/// and measures what the next stage emits from there on.
 ///
 /// Long documents make shares lumpy: split them (`LongDocuments::Split`) to at most about
 /// `slack_tokens`. The packer must pass on every token it gets (truncation is allowed for
@@ -184,10 +186,12 @@ impl Operator for EnsureMixture {
         let k = self.shares.len();
         Some(Box::new(Deficit {
             shares: self.shares.clone(),
+            targets: self.shares.clone(),
             ended: vec![false; k],
             cfg: self.clone(),
             emitted: vec![0; k],
             next_out: vec![0; k],
+            base_out: vec![0; k],
             this_push: vec![0; k],
             ahead: vec![0.0; k],
             held: Held::new(k),
@@ -198,18 +202,22 @@ impl Operator for EnsureMixture {
 }
 
 /// Counters per dataset in the exported state (see `Deficit::export`).
-const STATE_COUNTERS: usize = 5;
+const STATE_COUNTERS: usize = 7;
 
 struct Deficit {
     cfg: EnsureMixture,
-    /// The targets in force: the configured shares over the datasets the lane still reads.
+    /// The targets in force: `targets` over the datasets the lane still reads.
     shares: Vec<f64>,
+    /// The shares of the mixture's schedule segment in force ([`Accumulator::targets_changed`]).
+    targets: Vec<f64>,
     /// Per dataset, whether the lane reads no more of it.
     ended: Vec<bool>,
     /// Tokens emitted per dataset.
     emitted: Vec<u64>,
     /// Tokens per dataset the next stage (the packer) emitted.
     next_out: Vec<u64>,
+    /// `next_out` when the targets in force took effect: shares are measured from there.
+    base_out: Vec<u64>,
     /// Tokens per dataset emitted by the push under way: none of them can have come out yet.
     this_push: Vec<u64>,
     /// Per dataset, how far it runs ahead of its share ([`Deficit::measure_ahead`]).
@@ -266,9 +274,10 @@ impl Deficit {
     /// [`Deficit::admissible`]). The values sum to zero.
     fn measure_ahead(&mut self) {
         let k = self.next_out.len();
-        // What this push emitted counts as out: it can only come out later.
-        let out = |e: usize| self.next_out[e] + self.this_push[e];
-        let held = |e: usize| self.emitted[e].saturating_sub(out(e)) as f64;
+        // What this push emitted counts as out: it can only come out later. What came out
+        // before the targets took effect is not measured against them.
+        let out = |e: usize| (self.next_out[e] + self.this_push[e]).saturating_sub(self.base_out[e]);
+        let held = |e: usize| self.emitted[e].saturating_sub(self.next_out[e] + self.this_push[e]) as f64;
         let out_total: f64 = (0..k).map(|e| out(e) as f64).sum();
         let held_total: f64 = (0..k).map(held).sum();
         let stock = self.cfg.stock_tokens as f64;
@@ -284,15 +293,15 @@ impl Deficit {
         self.ahead = ahead;
     }
 
-    /// The configured shares over the datasets not ended, summing to 1 (all of them if every
-    /// dataset ended: the lane is at its end then).
+    /// The targets over the datasets not ended, summing to 1 (all of them if every dataset
+    /// ended: the lane is at its end then).
     fn retarget(&mut self) {
         let live = |d: usize| !self.ended[d];
-        let sum: f64 = (0..self.shares.len()).filter(|&d| live(d)).map(|d| self.cfg.shares[d]).sum();
+        let sum: f64 = (0..self.targets.len()).filter(|&d| live(d)).map(|d| self.targets[d]).sum();
         self.shares = if sum > 0.0 {
-            (0..self.shares.len()).map(|d| if live(d) { self.cfg.shares[d] / sum } else { 0.0 }).collect()
+            (0..self.targets.len()).map(|d| if live(d) { self.targets[d] / sum } else { 0.0 }).collect()
         } else {
-            self.cfg.shares.clone()
+            self.targets.clone()
         };
     }
 
@@ -367,16 +376,27 @@ impl Accumulator for Deficit {
         self.retarget();
     }
 
+    fn targets_changed(&mut self, shares: &[f64]) {
+        if shares.len() == self.targets.len() {
+            self.targets = shares.to_vec();
+            self.base_out = self.next_out.clone();
+            self.retarget();
+        }
+    }
+
     /// `values` is the tokens emitted, the documents dropped, the tokens dropped, the tokens
-    /// the next stage emitted and whether the lane reads no more of it, each one number per
-    /// dataset.
+    /// the next stage emitted, whether the lane reads no more of it, the tokens the next
+    /// stage had emitted when the targets took effect and the target (its `f64` bits), each
+    /// one number per dataset.
     fn export(&self) -> AccumulatorState {
         let ended: Vec<u64> = self.ended.iter().map(|&e| u64::from(e)).collect();
-        let values = [&self.emitted, &self.dropped_docs, &self.dropped_tokens, &self.next_out, &ended]
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect();
+        let targets: Vec<u64> = self.targets.iter().map(|t| t.to_bits()).collect();
+        let values =
+            [&self.emitted, &self.dropped_docs, &self.dropped_tokens, &self.next_out, &ended, &self.base_out, &targets]
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect();
         AccumulatorState {
             values,
             buffered: self.held.in_order().into_iter().map(|(_, _, r)| r.lineage().clone()).collect(),
@@ -396,7 +416,12 @@ impl Accumulator for Deficit {
         self.dropped_docs = state.values[k..2 * k].to_vec();
         self.dropped_tokens = state.values[2 * k..3 * k].to_vec();
         self.next_out = state.values[3 * k..4 * k].to_vec();
-        self.ended = state.values[4 * k..].iter().map(|&e| e != 0).collect();
+        self.ended = state.values[4 * k..5 * k].iter().map(|&e| e != 0).collect();
+        self.base_out = state.values[5 * k..6 * k].to_vec();
+        self.targets = state.values[6 * k..].iter().map(|&b| f64::from_bits(b)).collect();
+        if self.targets.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
+            return Err(OpError::Fatal(format!("ensure_mixture state holds targets {:?}", self.targets)));
+        }
         self.retarget();
         self.held.clear();
         for r in buffered {
@@ -456,8 +481,8 @@ mod tests {
         ) {
             let op = EnsureMixture::new(&shares, 256).unwrap().hold(8).unwrap().standing_stock(stock);
             let k = shares.len();
-            let mut acc = Deficit { shares: op.shares.clone(), ended: vec![false; k], cfg: op.clone(),
-                emitted: vec![0; shares.len()], next_out: vec![0; shares.len()],
+            let mut acc = Deficit { shares: op.shares.clone(), targets: op.shares.clone(), ended: vec![false; k], cfg: op.clone(),
+                emitted: vec![0; shares.len()], next_out: vec![0; shares.len()], base_out: vec![0; shares.len()],
                 this_push: vec![0; shares.len()], ahead: vec![0.0; shares.len()], held: Held::new(shares.len()),
                 dropped_docs: vec![0; shares.len()], dropped_tokens: vec![0; shares.len()] };
             // The next stage: a queue that lets out `out` of its oldest records per event.

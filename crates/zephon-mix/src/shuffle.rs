@@ -119,7 +119,7 @@ impl Operator for Shuffle {
             // of 1,024 lanes would touch memory most lanes never use.
             buf: if self.warm_up { Vec::new() } else { Vec::with_capacity(self.size) },
             keep: self.keep.as_ref().map(|(shares, limit)| Keep {
-                configured: shares.clone(),
+                configured: shares.to_vec(),
                 shares: shares.to_vec(),
                 ended: vec![false; shares.len()],
                 limit: *limit as f64,
@@ -141,12 +141,14 @@ struct ShuffleBuffer {
 
 /// A lane's emitted tokens per dataset, and the shares they should keep.
 struct Keep {
-    configured: std::sync::Arc<[f64]>,
+    /// The shares of the mixture's schedule segment in force ([`Accumulator::targets_changed`]).
+    configured: Vec<f64>,
     /// The targets in force: the configured shares over the datasets the lane still reads,
     /// summing as they do.
     shares: Vec<f64>,
     ended: Vec<bool>,
     limit: f64,
+    /// Tokens emitted per dataset since the targets in force took effect.
     emitted: Vec<u64>,
 }
 
@@ -181,7 +183,7 @@ impl Keep {
         self.shares = if live > 0.0 {
             self.configured.iter().zip(&self.ended).map(|(s, e)| if *e { 0.0 } else { s / live * sum }).collect()
         } else {
-            self.configured.to_vec()
+            self.configured.clone()
         };
     }
 
@@ -258,6 +260,7 @@ impl Accumulator for ShuffleBuffer {
         if let Some(keep) = &self.keep {
             values.extend(&keep.emitted);
             values.extend(keep.ended.iter().map(|&e| u64::from(e)));
+            values.extend(keep.configured.iter().map(|s| s.to_bits()));
         }
         AccumulatorState { values, buffered: self.buf.iter().map(|r| r.lineage().clone()).collect() }
     }
@@ -271,19 +274,34 @@ impl Accumulator for ShuffleBuffer {
         }
     }
 
+    fn targets_changed(&mut self, shares: &[f64]) {
+        if let Some(keep) = &mut self.keep
+            && shares.len() == keep.configured.len()
+        {
+            keep.configured = shares.to_vec();
+            keep.emitted.iter_mut().for_each(|e| *e = 0);
+            keep.retarget();
+        }
+    }
+
     fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
         if buffered.len() > self.size {
             return Err(OpError::Fatal(format!("{} buffered records for a buffer of {}", buffered.len(), self.size)));
         }
-        let kept = self.keep.as_ref().map_or(0, |k| 2 * k.emitted.len());
+        let kept = self.keep.as_ref().map_or(0, |k| 3 * k.emitted.len());
         let want = usize::from(self.warm_up) + kept;
         if state.values.len() != want {
             return Err(OpError::Fatal(format!("a shuffle state holds {:?}, not {want} values", state.values)));
         }
         if let Some(keep) = &mut self.keep {
-            let (emitted, ended) = state.values[state.values.len() - kept..].split_at(kept / 2);
-            keep.emitted.copy_from_slice(emitted);
-            keep.ended = ended.iter().map(|&e| e != 0).collect();
+            let k = kept / 3;
+            let values = &state.values[state.values.len() - kept..];
+            keep.emitted.copy_from_slice(&values[..k]);
+            keep.ended = values[k..2 * k].iter().map(|&e| e != 0).collect();
+            keep.configured = values[2 * k..].iter().map(|&b| f64::from_bits(b)).collect();
+            if keep.configured.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
+                return Err(OpError::Fatal(format!("a shuffle state holds shares {:?}", keep.configured)));
+            }
             keep.retarget();
         }
         if self.warm_up {

@@ -1,7 +1,7 @@
 //! Token shares held by a closed loop per lane: each dataset is a stream of its own, and a lane
 //! reads next the dataset furthest behind its share of the tokens the lane has delivered.
 
-use zephon_core::{Chunk, DatasetManifest, Lane, Settings, Steering, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, Lane, Settings, ShareSchedule, Steering, WorkSource};
 
 use crate::error::{Error, Result};
 use crate::source::{Exhaustion, MixtureSource, SourceOptions};
@@ -30,7 +30,7 @@ pub const STEERED_CHUNK_TOKENS: u64 = 2048;
 /// so the lanes run out together.
 pub struct SteeredSource {
     streams: Vec<MixtureSource>,
-    shares: Vec<f64>,
+    shares: ShareSchedule,
     exhaustion: Exhaustion,
     /// Estimated tokens of one chunk of each dataset.
     chunk_tokens: Vec<f64>,
@@ -79,7 +79,7 @@ impl SteeredSource {
         }
         Ok(SteeredSource {
             streams,
-            shares: shares.iter().map(|s| s / sum).collect(),
+            shares: ShareSchedule::constant(shares).map_err(|e| Error::Config(e.to_string()))?,
             exhaustion: config.exhaustion,
             chunk_tokens,
         })
@@ -122,9 +122,18 @@ impl SteeredSource {
         Ok(self)
     }
 
-    /// The targets, normalised to sum to 1.
-    pub fn shares(&self) -> &[f64] {
-        &self.shares
+    /// Changes the targets at set steps: `schedule` (over the same datasets) replaces the
+    /// shares given to [`SteeredSource::new`].
+    pub fn with_schedule(mut self, schedule: ShareSchedule) -> Result<Self> {
+        let k = schedule.at(0).len();
+        if k != self.streams.len() {
+            return Err(Error::Config(format!(
+                "a share schedule over {k} datasets for a mixture of {}",
+                self.streams.len()
+            )));
+        }
+        self.shares = schedule;
+        Ok(self)
     }
 
     /// Whether the streams end (finite data).
@@ -143,8 +152,10 @@ impl WorkSource for SteeredSource {
 
     fn fingerprint(&self) -> Settings {
         let streams: Vec<Settings> = self.streams.iter().map(WorkSource::fingerprint).collect();
+        // The shares from step 0 only: the run's fingerprint compares the whole schedule step by
+        // step, so that a checkpoint may continue under one that changes after its step.
         Settings::new("steered", 1)
-            .set("shares", self.shares.clone())
+            .set("shares", self.shares.at(0).to_vec())
             .set("exhaustion", self.exhaustion.as_str())
             .set("streams", streams)
     }
@@ -153,13 +164,20 @@ impl WorkSource for SteeredSource {
         let shares: Vec<String> = self
             .streams
             .iter()
-            .zip(&self.shares)
+            .zip(self.shares.at(0))
             .map(|(s, w)| format!("{} {:.1}%", s.names().first().map_or("?", String::as_str), 100.0 * w))
+            .collect();
+        let later: String = self.shares.segments()[1..]
+            .iter()
+            .map(|(step, w)| {
+                let w: Vec<String> = w.iter().map(|x| format!("{:.1}%", 100.0 * x)).collect();
+                format!(", then {} from step {step}", w.join(" / "))
+            })
             .collect();
         let first = self.streams.first().map(WorkSource::describe).unwrap_or_default();
         format!(
-            "token shares {} held by each lane's delivered tokens (the dataset furthest behind its share reads \
-             next); each dataset a stream of its own, e.g. {first}",
+            "token shares {}{later} held by each lane's delivered tokens (the dataset furthest behind its share \
+             reads next); each dataset a stream of its own, e.g. {first}",
             shares.join(", ")
         )
     }
@@ -184,14 +202,18 @@ impl Steering for SteeredSource {
         }
     }
 
-    fn next_dataset(&self, delivered: &[u64], exhausted: &[bool]) -> Option<u32> {
-        let k = self.shares.len();
+    fn shares(&self) -> &ShareSchedule {
+        &self.shares
+    }
+
+    fn next_dataset(&self, shares: &[f64], delivered: &[u64], exhausted: &[bool]) -> Option<u32> {
+        let k = shares.len().min(self.streams.len());
         let live: Vec<usize> =
-            (0..k).filter(|&d| self.shares[d] > 0.0 && !exhausted.get(d).copied().unwrap_or(true)).collect();
-        if self.exhaustion == Exhaustion::Stop && live.len() < (0..k).filter(|&d| self.shares[d] > 0.0).count() {
+            (0..k).filter(|&d| shares[d] > 0.0 && !exhausted.get(d).copied().unwrap_or(true)).collect();
+        if self.exhaustion == Exhaustion::Stop && live.len() < (0..k).filter(|&d| shares[d] > 0.0).count() {
             return None;
         }
-        let share: f64 = live.iter().map(|&d| self.shares[d]).sum();
+        let share: f64 = live.iter().map(|&d| shares[d]).sum();
         let got = |d: usize| delivered.get(d).copied().unwrap_or(0) as f64;
         let total: f64 = live.iter().map(|&d| got(d)).sum();
         // The chunk that leaves the lane's worst deviation from its shares smallest, counting
@@ -203,11 +225,11 @@ impl Steering for SteeredSource {
             live.iter()
                 .map(|&e| {
                     let after = got(e) + if e == d { self.chunk_tokens[d] } else { 0.0 };
-                    (after - self.shares[e] / share * t).abs()
+                    (after - shares[e] / share * t).abs()
                 })
                 .fold(0.0f64, f64::max)
         };
-        let deficit = |d: usize| self.shares[d] / share * total - got(d);
+        let deficit = |d: usize| shares[d] / share * total - got(d);
         live.iter()
             .copied()
             .fold(None, |best: Option<usize>, d| match best {
@@ -248,15 +270,19 @@ mod tests {
         let config = SourceOptions { seed: 3, exhaustion: Exhaustion::Repeat, ..SourceOptions::default() };
         let s = SteeredSource::new(&[ds("a", 100), ds("b", 100)], &[0.7, 0.3], config, &[10.0, 1000.0], None).unwrap();
         // Chunks hold ~2048 estimated tokens of a, ~2048 (at least a row, 1000) of b.
-        assert_eq!(s.next_dataset(&[0, 0], &[false, false]), Some(0), "equal chunks: the lower index");
-        assert_eq!(s.next_dataset(&[7000, 2000], &[false, false]), Some(1), "b is behind its 30 %");
-        assert_eq!(s.next_dataset(&[6000, 4000], &[false, false]), Some(0), "a is behind its 70 %");
+        assert_eq!(
+            s.next_dataset(s.shares().at(0), &[0, 0], &[false, false]),
+            Some(0),
+            "equal chunks: the lower index"
+        );
+        assert_eq!(s.next_dataset(s.shares().at(0), &[7000, 2000], &[false, false]), Some(1), "b is behind its 30 %");
+        assert_eq!(s.next_dataset(s.shares().at(0), &[6000, 4000], &[false, false]), Some(0), "a is behind its 70 %");
         // A lane that delivered a huge document of b reads a until a is back to its share.
-        assert_eq!(s.next_dataset(&[100, 100_000], &[false, false]), Some(0));
+        assert_eq!(s.next_dataset(s.shares().at(0), &[100, 100_000], &[false, false]), Some(0));
         // At the start, a dataset of small chunks goes first.
         let long =
             SteeredSource::new(&[ds("a", 100), ds("b", 100)], &[0.5, 0.5], config, &[9000.0, 20.0], None).unwrap();
-        assert_eq!(long.next_dataset(&[0, 0], &[false, false]), Some(1));
+        assert_eq!(long.next_dataset(long.shares().at(0), &[0, 0], &[false, false]), Some(1));
         // A chunk holds ~2048 estimated tokens: a few of the long documents, ~200 of the short ones.
         let a = s.dataset_chunk(Lane(0), 4, 0, 0).unwrap().unwrap();
         let b = s.dataset_chunk(Lane(0), 4, 1, 0).unwrap().unwrap();
@@ -270,8 +296,8 @@ mod tests {
         for (policy, want) in [(Exhaustion::Stop, None), (Exhaustion::Redistribute, Some(1))] {
             let config = SourceOptions { exhaustion: policy, ..SourceOptions::default() };
             let s = SteeredSource::new(&[ds("a", 10), ds("b", 10)], &[0.5, 0.5], config, &[5.0, 5.0], Some(4)).unwrap();
-            assert_eq!(s.next_dataset(&[100, 0], &[true, false]), want, "{policy:?}");
-            assert_eq!(s.next_dataset(&[100, 100], &[true, true]), None, "{policy:?}");
+            assert_eq!(s.next_dataset(s.shares().at(0), &[100, 0], &[true, false]), want, "{policy:?}");
+            assert_eq!(s.next_dataset(s.shares().at(0), &[100, 100], &[true, true]), None, "{policy:?}");
         }
     }
 }

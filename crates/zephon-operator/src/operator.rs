@@ -298,6 +298,15 @@ pub trait Accumulator: Send {
     fn dataset_ended(&mut self, dataset: u32) {
         let _ = dataset;
     }
+
+    /// The lane's target token shares (one a dataset, summing to 1) changed: a steered lane's
+    /// rows reached a step where the mixture's share schedule starts a new segment. An
+    /// accumulator holding shares (`ensure_mixture`) measures afresh from here. Called between
+    /// pushes, at a point of the lane's stream that is the same on every topology; what it
+    /// changes is state ([`Accumulator::export`] must include it).
+    fn targets_changed(&mut self, shares: &[f64]) {
+        let _ = shares;
+    }
 }
 
 /// Access, during restore, to the records that reached an accumulator.

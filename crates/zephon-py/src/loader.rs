@@ -43,6 +43,8 @@ pub struct Loader {
     datasets: Arc<[String]>,
     /// Tokens a row, when the spec packs rows to a fixed length.
     seq_len: Option<usize>,
+    /// w(step), when the mixture is by token shares.
+    shares: Option<zephon::lane_core::ShareSchedule>,
     /// The process that made it: a Loader copied by `fork` has no engine threads.
     pid: u32,
 }
@@ -58,7 +60,7 @@ impl Inner {
     /// The running loader, built from the start if nothing started it yet.
     fn running(&mut self, topology: &Topology) -> zephon::Result<&mut zephon::Loader> {
         if self.running.is_none() {
-            self.running = Some(self.pipeline.clone().build(*topology)?);
+            self.running = Some(self.pipeline.clone().build(topology.clone())?);
         }
         self.running.as_mut().ok_or_else(|| zephon::Error::Build("the loader did not start".into()))
     }
@@ -132,7 +134,7 @@ impl Loader {
 
     /// Runs `f` on the inner state with the GIL released.
     fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Inner, &Topology) -> T + Send) -> PyResult<T> {
-        let topology = self.topology;
+        let topology = self.topology.clone();
         let me = &self;
         crate::no_panic(|| py.detach(move || me.inner().map(|mut g| f(&mut g, &topology))))
     }
@@ -175,13 +177,15 @@ impl Loader {
             let mut inner = Inner { pipeline, running: None, position: 0 };
             if let Some(dir) = resume_from {
                 let root = resolve_checkpoint(&dir, topology.lanes())?;
-                let loader =
-                    py.detach(|| inner.pipeline.clone().restore(topology, &root)).map_err(PyZephonError::from)?;
+                let loader = py
+                    .detach(|| inner.pipeline.clone().restore(topology.clone(), &root))
+                    .map_err(PyZephonError::from)?;
                 inner.position = loader.position().0;
                 inner.running = Some(loader);
             }
             let seq_len = spec.pack.as_ref().map(|p| p.seq_len);
-            Ok(Loader { inner: Mutex::new(inner), topology, datasets, seq_len, pid: std::process::id() })
+            let shares = inner.pipeline.share_schedule().map_err(PyZephonError::from)?;
+            Ok(Loader { inner: Mutex::new(inner), topology, datasets, seq_len, shares, pid: std::process::id() })
         })
     }
 
@@ -191,16 +195,45 @@ impl Loader {
         self.topology.lanes()
     }
 
-    /// G, the rows of a global step.
+    /// G, the rows of the global step the next iteration delivers (a `[schedule]` may change
+    /// it at set steps: `rows_per_step_at`).
     #[getter]
-    fn rows_per_step(&self) -> u32 {
-        self.topology.rows_per_step()
+    fn rows_per_step(&self) -> PyResult<u32> {
+        Ok(self.topology.rows_at(self.inner()?.position))
     }
 
-    /// This rank's rows of a step (G / dp_world_size).
+    /// This rank's rows of the step the next iteration delivers (G / dp_world_size).
     #[getter]
-    fn local_rows(&self) -> u32 {
-        self.topology.local_rows()
+    fn local_rows(&self) -> PyResult<u32> {
+        Ok(self.topology.local_rows_at(self.inner()?.position))
+    }
+
+    /// G(step), the rows of global step `step`: for a learning rate that follows the batch size.
+    fn rows_per_step_at(&self, step: u64) -> u32 {
+        self.topology.rows_at(step)
+    }
+
+    /// This rank's rows of global step `step`.
+    fn local_rows_at(&self, step: u64) -> u32 {
+        self.topology.local_rows_at(step)
+    }
+
+    /// w(step): each dataset's target token share at global step `step` (default: the step the
+    /// next iteration delivers), as `{name: share}`; `None` for a mixture by sample weights.
+    #[pyo3(signature = (step = None))]
+    fn token_shares(&self, step: Option<u64>) -> PyResult<Option<std::collections::BTreeMap<String, f64>>> {
+        let step = match step {
+            Some(s) => s,
+            None => self.inner()?.position,
+        };
+        Ok(self.shares.as_ref().map(|w| self.datasets.iter().cloned().zip(w.at(step).iter().copied()).collect()))
+    }
+
+    /// What the restore reported, one sentence each: a `[schedule]` that changes after the
+    /// checkpoint's step. Empty for a run from its beginning.
+    #[getter]
+    fn notices(&self) -> PyResult<Vec<String>> {
+        Ok(self.inner()?.running.as_ref().map_or(Vec::new(), |l| l.notices().to_vec()))
     }
 
     /// Tokens a row, when the spec packs rows (`[pack] seq_len`); else `None`.
@@ -289,7 +322,7 @@ impl Loader {
         self.detached(py, move |inner, t| -> zephon::Result<()> {
             // The old engine stops before the new one starts.
             inner.running = None;
-            let loader = inner.pipeline.clone().restore_split(*t, &split, &|l| state::lane_key(l.0))?;
+            let loader = inner.pipeline.clone().restore_split(t.clone(), &split, &|l| state::lane_key(l.0))?;
             inner.position = loader.position().0;
             inner.running = Some(loader);
             Ok(())
@@ -357,7 +390,7 @@ impl Loader {
             self.topology.world_size(),
             self.topology.owned_range(),
             self.topology.lanes(),
-            self.topology.rows_per_step()
+            self.topology.rows_per_step().describe()
         )
     }
 

@@ -264,18 +264,19 @@ pub fn opts(threads: usize, unit: usize, prefetch: u64) -> ExecOptions {
 pub fn run_ranks(
     spec: &RunSpec,
     lanes: u32,
-    rows: u32,
+    rows: impl Into<RowsPerStep>,
     w: u32,
     o: ExecOptions,
     steps: u64,
     resume: Option<&Path>,
     save: Option<&Path>,
 ) -> Vec<Digest> {
+    let rows = rows.into();
     let mut engines: Vec<Engine> = (0..w)
         .map(|r| {
             let t = Topology::builder()
                 .lanes(lanes)
-                .rows_per_step(rows)
+                .rows_per_step(rows.clone())
                 .place(Place { rank: r, world_size: w })
                 .build()
                 .unwrap();

@@ -9,7 +9,8 @@ pub(crate) struct Assembled {
     pub spec: RunSpec,
     pub estimates: Option<Vec<TokenEstimate>>,
     pub weights: Vec<f64>,
-    pub shares: Option<Vec<f64>>,
+    /// The token shares by step, when the mixture is by token shares.
+    pub shares: Option<zephon_core::ShareSchedule>,
     /// Which accumulator stage is `ensure_mixture`, to report what it dropped.
     pub ensure_stage: Option<usize>,
 }
@@ -20,10 +21,11 @@ impl Assembled {
         let sum: f64 = self.weights.iter().sum();
         let manifests = self.spec.datasets.manifests();
         let datasets = manifests.iter().enumerate().map(|(i, m)| {
-            let share = self
-                .shares
-                .as_ref()
-                .map_or(String::new(), |sh| format!(", token share {:.3}", sh[i] / sh.iter().sum::<f64>()));
+            let share = self.shares.as_ref().map_or(String::new(), |w| {
+                let later: String =
+                    w.segments()[1..].iter().map(|(s, sh)| format!(", {:.3} from step {s}", sh[i])).collect();
+                format!(", token share {:.3}{later}", w.at(0)[i])
+            });
             let node = PlanNode::new(
                 format!("[{i}] {}", m.name),
                 format!(
@@ -58,10 +60,9 @@ impl Assembled {
             .with(PlanNode::new(
                 "topology",
                 format!(
-                    "{} lanes, {} rows per global step ({} per lane), world size {}, rank {} (lanes {:?})",
+                    "{} lanes, {}, world size {}, rank {} (lanes {:?})",
                     topology.lanes(),
-                    topology.rows_per_step(),
-                    topology.rows_per_lane(),
+                    rows_per_step(topology),
                     topology.world_size(),
                     topology.rank(),
                     topology.owned_range()
@@ -84,5 +85,20 @@ impl Assembled {
                     self.spec.seed
                 ),
             ))
+    }
+}
+
+/// G in words: `16 rows per global step (2 per lane)`, or its schedule.
+pub(crate) fn rows_per_step(topology: &Topology) -> String {
+    let g = topology.rows_per_step();
+    if g.is_constant() {
+        format!("{} rows per global step ({} per lane)", g.at(0), topology.rows_per_lane_at(0))
+    } else {
+        let parts: Vec<String> = g
+            .segments()
+            .iter()
+            .map(|&(s, rows)| format!("{rows} ({} per lane) from step {s}", rows / topology.lanes()))
+            .collect();
+        format!("rows per global step {}", parts.join(", "))
     }
 }

@@ -260,11 +260,27 @@ impl Loader {
         self.engine.timings()
     }
 
-    /// The datasets' target token shares (summing to 1), when the mixture was given shares.
-    pub fn token_shares(&self) -> Option<Vec<f64>> {
-        let shares = self.assembled.shares.as_ref()?;
-        let sum: f64 = shares.iter().sum();
-        Some(shares.iter().map(|s| s / sum).collect())
+    /// w(step): the datasets' target token shares (summing to 1) in force at global step
+    /// `step`, when the mixture was given shares; a schedule changes them at set steps.
+    pub fn token_shares(&self, step: u64) -> Option<Vec<f64>> {
+        Some(self.assembled.shares.as_ref()?.at(step).to_vec())
+    }
+
+    /// The token shares by step, when the mixture was given shares.
+    pub fn share_schedule(&self) -> Option<&zephon_core::ShareSchedule> {
+        self.assembled.shares.as_ref()
+    }
+
+    /// G(step): the rows of global step `step` (the run's schedule, constant unless it ramps
+    /// its batch), for a trainer whose learning rate follows the batch size.
+    pub fn rows_per_step(&self, step: u64) -> u32 {
+        self.engine.topology().rows_at(step)
+    }
+
+    /// What the restore reported: a step schedule that changes after the checkpoint's step
+    /// (also said on stderr). Empty for a run started from its beginning.
+    pub fn notices(&self) -> &[String] {
+        self.engine.notices()
     }
 
     /// Dataset names, by index (as `SampleId::dataset` numbers them).

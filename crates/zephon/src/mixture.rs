@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use zephon_core::ShareSchedule;
 use zephon_io::{DatasetOptions, Fields};
 use zephon_mix::{Balance, EstimateOptions, Exhaustion, Order, SourceOptions};
 
@@ -84,6 +85,8 @@ pub struct Mixture {
     /// Whether chunks were asked for by samples ([`Mixture::chunk_size`]): a mixture by token
     /// shares otherwise cuts each dataset's chunks by estimated tokens.
     pub(crate) chunks_by_samples: bool,
+    /// Token shares that take effect at later steps ([`Mixture::shares_from`]).
+    pub(crate) later_shares: Vec<(u64, Vec<(String, f64)>)>,
 }
 
 impl Mixture {
@@ -155,11 +158,45 @@ impl Mixture {
         self
     }
 
+    /// Changes the token shares from global step `step` on (a curriculum, or annealing on some
+    /// datasets at the end): `shares` names every dataset once, each share in `[0, 1]`, summing
+    /// to 1. The datasets' own shares hold from step 0; each call adds a segment, in
+    /// increasing steps. Every step's data stays a pure function of the step, at any world
+    /// size and after any resume (see `ShareSchedule`).
+    ///
+    /// ```no_run
+    /// use zephon::*;
+    /// let mixture = Mixture::new()
+    ///     .dataset(Dataset::new("web", "data/web").share(0.8))
+    ///     .dataset(Dataset::new("curated", "data/curated").share(0.2))
+    ///     .shares_from(90_000, &[("web", 0.4), ("curated", 0.6)]); // anneal on curated data
+    /// ```
+    #[must_use]
+    pub fn shares_from(mut self, step: u64, shares: &[(&str, f64)]) -> Self {
+        self.later_shares.push((step, shares.iter().map(|(n, s)| (n.to_string(), *s)).collect()));
+        self
+    }
+
     /// How token estimation samples (only used with token shares).
     #[must_use]
     pub fn estimate(mut self, config: EstimateOptions) -> Self {
         self.estimate = config;
         self
+    }
+
+    /// The token shares by step, if the mixture is by tokens (after [`Mixture::check`]).
+    pub(crate) fn share_schedule(&self) -> Result<Option<ShareSchedule>, String> {
+        let Some(first) = self.token_shares() else { return Ok(None) };
+        let mut segments = vec![(0, first)];
+        for (step, named) in &self.later_shares {
+            let by_index = self
+                .datasets
+                .iter()
+                .map(|d| named.iter().find(|(n, _)| *n == d.name).map_or(0.0, |(_, s)| *s))
+                .collect();
+            segments.push((*step, by_index));
+        }
+        ShareSchedule::new(segments).map(Some).map_err(|e| e.to_string())
     }
 
     /// Token shares by dataset, if the mixture is by tokens.
@@ -185,8 +222,19 @@ impl Mixture {
                 return Err(format!("two datasets are called {:?}: names identify datasets in checkpoints", d.name));
             }
             match d.amount {
-                Amount::Share(s) if !(s.is_finite() && s > 0.0 && s <= 1.0) => {
-                    return Err(format!("dataset {}: share {s} must be in (0, 1]", d.name));
+                // A share of 0 is for a dataset a later segment of the schedule reads.
+                Amount::Share(s) if !(s.is_finite() && (0.0..=1.0).contains(&s)) => {
+                    return Err(format!("dataset {}: share {s} must be in [0, 1]", d.name));
+                }
+                Amount::Share(s)
+                    if s == 0.0
+                        && !self.later_shares.iter().any(|(_, w)| w.iter().any(|(n, x)| *n == d.name && *x > 0.0)) =>
+                {
+                    return Err(format!(
+                        "dataset {}: share 0 and no later share: it would never be read (remove it, or give it a share \
+                         in a later segment with Mixture::shares_from / [schedule] shares)",
+                        d.name
+                    ));
                 }
                 Amount::Weight(w) if !(w.is_finite() && w > 0.0) => {
                     return Err(format!("dataset {}: weight {w} must be finite and positive", d.name));
@@ -211,6 +259,7 @@ impl Mixture {
                 "token shares sum to {sum}, not 1: give shares that add up to 1 (weights, unlike shares, are relative)"
             ));
         }
+        self.check_later_shares(!shares.is_empty())?;
         if self.config.chunk_size == 0 {
             return Err("chunk_size must be at least 1".into());
         }
@@ -219,6 +268,44 @@ impl Mixture {
         }
         if let zephon_mix::RowOrder::Blocks { size: 0 } = self.config.order.rows {
             return Err("block_size must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Checks the later segments of the share schedule: steps after 0 and increasing, every
+    /// dataset named once, shares in `[0, 1]` summing to 1 (never renormalised silently).
+    fn check_later_shares(&self, by_tokens: bool) -> Result<(), String> {
+        let Some((first, _)) = self.later_shares.first() else { return Ok(()) };
+        if !by_tokens {
+            return Err("a share schedule changes token shares: give the datasets `share`, not `weight`".into());
+        }
+        let mut last = 0;
+        for (i, (step, named)) in self.later_shares.iter().enumerate() {
+            let at = format!("the shares from step {step}");
+            if *step <= last && (i > 0 || *first == 0) {
+                return Err(format!(
+                    "{at}: segments start after step 0 (the datasets' shares) and at increasing steps"
+                ));
+            }
+            last = *step;
+            for (n, x) in named {
+                if !self.datasets.iter().any(|d| d.name == *n) {
+                    return Err(format!("{at} name {n:?}, which is not a dataset of the mixture"));
+                }
+                if named.iter().filter(|(m, _)| m == n).count() > 1 {
+                    return Err(format!("{at} name {n:?} twice"));
+                }
+                if !(x.is_finite() && (0.0..=1.0).contains(x)) {
+                    return Err(format!("{at}: {n} {x} must be in [0, 1]"));
+                }
+            }
+            if let Some(d) = self.datasets.iter().find(|d| !named.iter().any(|(n, _)| *n == d.name)) {
+                return Err(format!("{at} do not name dataset {}: give every dataset its share", d.name));
+            }
+            let sum: f64 = named.iter().map(|(_, x)| x).sum();
+            if (sum - 1.0).abs() > 1e-6 {
+                return Err(format!("{at} sum to {sum}, not 1"));
+            }
         }
         Ok(())
     }

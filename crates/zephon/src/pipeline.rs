@@ -200,6 +200,13 @@ impl Pipeline {
         Ok(Engine::initial_split(&assembled.spec, topology, &self.exec)?)
     }
 
+    /// w(step) as a schedule, when the mixture is by token shares: the datasets' shares from
+    /// step 0 and the segments of [`Mixture::shares_from`]. Checks the mixture; opens nothing.
+    pub fn share_schedule(&self) -> Result<Option<zephon_core::ShareSchedule>> {
+        self.mixture.check().map_err(Error::Build)?;
+        self.mixture.share_schedule().map_err(Error::Build)
+    }
+
     /// The plan, without starting anything: datasets, work source, operators (parallel part
     /// and per-lane stages), buffers.
     pub fn explain(&self, topology: &Topology) -> Result<String> {
@@ -211,7 +218,8 @@ impl Pipeline {
     fn assemble(&self, saved: Option<&zephon_core::RunMetadata>, lanes: u32) -> Result<Assembled> {
         let m = &self.mixture;
         m.check().map_err(Error::Build)?;
-        let shares = m.token_shares();
+        let schedule = m.share_schedule().map_err(Error::Build)?;
+        let shares = schedule.as_ref().map(|w| w.at(0).to_vec());
         // Assembled first: a pipeline in the wrong order is refused before data is opened or
         // measured.
         let operators = self.operators(shares.as_deref())?;
@@ -252,6 +260,9 @@ impl Pipeline {
                 let per_row: Vec<f64> = e.iter().map(TokenEstimate::tokens_per_row).collect();
                 let max_samples = m.chunks_by_samples.then_some(config.chunk_size);
                 let mut source = SteeredSource::new(&datasets.manifests(), shares, config, &per_row, max_samples)?;
+                if let Some(w) = schedule.clone().filter(|w| !w.is_constant()) {
+                    source = source.with_schedule(w)?;
+                }
                 if by_rows && source.is_finite() {
                     source = source.balance_by_rows(&self.row_tokens(&datasets, e, config.balance)?, lanes)?;
                 }
@@ -291,7 +302,7 @@ impl Pipeline {
             tail: self.tail,
             token_estimates: estimates.clone().unwrap_or_default(),
         };
-        Ok(Assembled { spec, estimates, weights, shares, ensure_stage })
+        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage })
     }
 
     /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the

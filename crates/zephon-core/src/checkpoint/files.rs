@@ -255,6 +255,7 @@ pub fn load(
         if !diffs.is_empty() {
             return Err(mismatch(format!("{} was written by a different run: {}", path.display(), diffs.join("; "))));
         }
+        gathered.check_schedules(&saved.fingerprint, fingerprint, saved.next_step)?;
         let body = parsed.decoded(&path, Some(streams))?;
         gathered.add(&path.display().to_string(), body.next_step, body.lanes)?;
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use zephon_operator::{Digest, Settings, SettingsValue};
 
 use crate::engine::{BadRecords, Tail};
+use crate::step_schedule::{RowsPerStep, ShareSchedule};
 
 /// One operator of the pipeline as fingerprinted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +37,11 @@ pub struct DatasetPrint {
 }
 
 /// The identity of a run: everything that changes a byte of any step.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// The step schedules (rows per step, token shares) are compared apart from the digest, by
+/// the first step at which they differ: a checkpoint may
+/// continue under a schedule that changes only after its step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunFingerprint {
     /// The checkpoint format.
     pub format: u32,
@@ -53,8 +58,12 @@ pub struct RunFingerprint {
     pub datasets: Vec<DatasetPrint>,
     /// Lanes.
     pub lanes: u32,
-    /// Rows of a global step.
-    pub rows_per_step: u32,
+    /// G(step), the rows of each global step. Not part of [`RunFingerprint::digest`]: a
+    /// schedule may change after a checkpoint's step (see the schedule check of `checkpoint::load`).
+    pub rows_per_step: RowsPerStep,
+    /// w(step), the token shares of a steered mixture (see [`crate::Steering::shares`]). Not
+    /// part of the digest either.
+    pub shares: Option<ShareSchedule>,
     /// The run's seed.
     pub seed: u64,
     /// The bad-record policy.
@@ -64,7 +73,7 @@ pub struct RunFingerprint {
 }
 
 impl RunFingerprint {
-    /// The fingerprint as canonical settings (`run/v<format>`).
+    /// The fingerprint as canonical settings (`run/v<format>`), without the schedules.
     pub fn to_settings(&self) -> Settings {
         let operators: Vec<SettingsValue> = self
             .operators
@@ -85,7 +94,6 @@ impl RunFingerprint {
             .set("work_source", self.work_source)
             .set("datasets", SettingsValue::List(datasets))
             .set("lanes", self.lanes)
-            .set("rows_per_step", self.rows_per_step)
             .set("seed", self.seed)
             .set("bad_records", self.bad_records.as_str())
             .set("tail", self.tail.as_str())
@@ -113,11 +121,52 @@ impl RunFingerprint {
             p.insert(format!("dataset {}", d.name), d.digest.to_hex());
         }
         p.insert("lanes".into(), self.lanes.to_string());
-        p.insert("rows per step".into(), self.rows_per_step.to_string());
         p.insert("seed".into(), self.seed.to_string());
         p.insert("bad records".into(), self.bad_records.as_str().into());
         p.insert("tail".into(), self.tail.as_str().into());
         p
+    }
+}
+
+impl RunFingerprint {
+    /// Compares the schedules of a checkpoint taken before `next_step` (`saved`) with this
+    /// run's: a difference at a step the checkpoint's run already delivered is an error (the
+    /// steps before it would not be the same bytes); a difference at or after `next_step` is
+    /// allowed, and returned as a notice to report.
+    pub(crate) fn schedule_check(&self, saved: &RunFingerprint, next_step: u64) -> Result<Vec<String>, String> {
+        let mut notices = Vec::new();
+        let rows = saved.rows_per_step.first_difference(&self.rows_per_step).map(|step| {
+            let change = format!(
+                "rows per step: the checkpoint's schedule gives {} at step {step}, this run's {} \
+                 (checkpoint: {}; now: {})",
+                saved.rows_per_step.at(step),
+                self.rows_per_step.at(step),
+                saved.rows_per_step.describe(),
+                self.rows_per_step.describe()
+            );
+            (step, change)
+        });
+        let shares = match (&saved.shares, &self.shares) {
+            (Some(was), Some(now)) => was.first_difference(now).map(|step| {
+                (
+                    step,
+                    format!(
+                        "token shares: the checkpoint's are {:?} at step {step}, this run's {:?}",
+                        was.at(step),
+                        now.at(step)
+                    ),
+                )
+            }),
+            (None, None) => None,
+            _ => Some((0, "token shares: one run steers its mixture by token shares and the other does not".into())),
+        };
+        for (step, change) in [rows, shares].into_iter().flatten() {
+            if step < next_step {
+                return Err(format!("{change}; the checkpoint's run delivered steps up to {}", next_step - 1));
+            }
+            notices.push(format!("the schedule changes after the checkpoint's step {next_step}: {change}"));
+        }
+        Ok(notices)
     }
 }
 
@@ -262,7 +311,8 @@ mod tests {
             work_source: Settings::new("sequential", 1).set("seed", 7u64).digest(),
             datasets: vec![DatasetPrint { name: "web".into(), digest: Digest::of(b"web\nshard-0 10 100 sha256:00") }],
             lanes: 4,
-            rows_per_step: 8,
+            rows_per_step: RowsPerStep::constant(8),
+            shares: None,
             seed: 7,
             bad_records: BadRecords::Fail,
             tail: Tail::Drop,
@@ -278,7 +328,7 @@ mod tests {
             Settings::new("pack", 1).set("seq_len", 8u32).digest().to_hex(),
             "f610670943a8ec89281c987fa3d2f6c0da9d958c5ac2d830de857269cac51d69"
         );
-        assert_eq!(fixed().digest().to_hex(), "6106e3d0561fa8deb6e6778c32ea10879b2ddb467d72642092a41a3362c5d7c7");
+        assert_eq!(fixed().digest().to_hex(), "d7b0285a3daf6885a7a292d330c44451f7068190cd4f31d121393cb5144d3510");
     }
 
     #[test]

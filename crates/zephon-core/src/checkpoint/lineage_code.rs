@@ -474,7 +474,11 @@ mod tests {
             let g = k * u64::from(lanes) + u64::from(lane.0);
             Ok(Some(Chunk { index: g, samples: (0..50).map(|i| SampleId::new(d, 0, g * 50 + i)).collect() }))
         }
-        fn next_dataset(&self, _: &[u64], _: &[bool]) -> Option<u32> {
+        fn shares(&self) -> &crate::ShareSchedule {
+            static EVEN: std::sync::OnceLock<crate::ShareSchedule> = std::sync::OnceLock::new();
+            EVEN.get_or_init(|| crate::ShareSchedule::constant(&[1.0, 1.0]).expect("valid shares"))
+        }
+        fn next_dataset(&self, _: &[f64], _: &[u64], _: &[bool]) -> Option<u32> {
             Some(0)
         }
     }
@@ -488,7 +492,7 @@ mod tests {
         // Lane 1 reads dataset 1's chunk 3 (at offset 20) and has read 5 chunks of dataset 0.
         let mut st = state(1, Cursor { chunk: 3, offset: 20 }, vec![], vec![]);
         st.steer =
-            Some(SteerState { chunks: vec![5, 3], delivered: vec![9, 9], exhausted: vec![false; 2], current: Some(1) });
+            Some(SteerState { chunks: vec![5, 3], delivered: vec![9, 9], current: Some(1), ..SteerState::start(2) });
         let a = |k: u64, i: u64| SampleId::new(0, 0, (k * 4 + 1) * 50 + i);
         let b = |k: u64, i: u64| SampleId::new(1, 0, (k * 4 + 1) * 50 + i);
         let held: Vec<Lineage> = [a(4, 7), b(3, 20), b(2, 1), a(0, 0), a(3, 49), b(3, 2)]

@@ -104,13 +104,30 @@ pub struct SteerState {
     pub exhausted: Vec<bool>,
     /// The dataset of the chunk being read; `None` once the lane's input has ended.
     pub current: Option<u32>,
+    /// The first step of the share segment the lane reads by (see [`crate::Steering::shares`]).
+    pub segment: u64,
+    /// Per dataset, what the lane had delivered when that segment took effect: the closed loop
+    /// steers by what it delivered since.
+    pub segment_base: Vec<u64>,
 }
 
 impl SteerState {
     /// A lane before its first chunk, over `datasets` datasets.
     pub fn start(datasets: u32) -> Self {
         let n = datasets as usize;
-        SteerState { chunks: vec![0; n], delivered: vec![0; n], exhausted: vec![false; n], current: None }
+        SteerState {
+            chunks: vec![0; n],
+            delivered: vec![0; n],
+            exhausted: vec![false; n],
+            current: None,
+            segment: 0,
+            segment_base: vec![0; n],
+        }
+    }
+
+    /// Per dataset, what the lane delivered since its share segment took effect.
+    pub fn delivered_in_segment(&self) -> Vec<u64> {
+        self.delivered.iter().zip(&self.segment_base).map(|(d, b)| d.saturating_sub(*b)).collect()
     }
 }
 
@@ -192,6 +209,8 @@ pub struct Loaded {
     pub next_step: u64,
     /// The requested lanes' states, in the requested order.
     pub lanes: Vec<LaneState>,
+    /// What the restore should report: a schedule that changes after the checkpoint's step.
+    pub notices: Vec<String>,
 }
 
 /// Lane states gathered from the parts of a checkpoint (files or split parts), each checked
@@ -203,11 +222,23 @@ struct Gathered {
     part: &'static str,
     step: Option<(u64, String)>,
     found: BTreeMap<Lane, (LaneState, String)>,
+    notices: Vec<String>,
 }
 
 impl Gathered {
     fn new(whole: String, part: &'static str) -> Self {
-        Gathered { whole, part, step: None, found: BTreeMap::new() }
+        Gathered { whole, part, step: None, found: BTreeMap::new(), notices: Vec::new() }
+    }
+
+    /// Checks the schedules of a part written under `saved` before `next_step` against the
+    /// run's `now`: a change before that step is a mismatch, one after it a notice.
+    fn check_schedules(&mut self, saved: &RunFingerprint, now: &RunFingerprint, next_step: u64) -> Result<()> {
+        for notice in now.schedule_check(saved, next_step).map_err(|m| self.mismatch(m))? {
+            if !self.notices.contains(&notice) {
+                self.notices.push(notice);
+            }
+        }
+        Ok(())
     }
 
     fn mismatch(&self, message: String) -> Error {
@@ -247,6 +278,6 @@ impl Gathered {
             return Err(self.mismatch(format!("no {} holds lane(s) {}", self.part, missing.join(", "))));
         }
         let lanes = wanted.iter().filter_map(|l| self.found.remove(l).map(|(s, _)| s)).collect();
-        Ok(Loaded { next_step: self.step.map(|s| s.0).unwrap_or(0), lanes })
+        Ok(Loaded { next_step: self.step.map(|s| s.0).unwrap_or(0), lanes, notices: self.notices })
     }
 }

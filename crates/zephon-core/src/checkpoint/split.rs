@@ -132,6 +132,7 @@ impl SplitCheckpoint {
         }
         let digest = saved.fingerprint.digest().to_hex();
         let mut gathered = Gathered::new(WHOLE.into(), "lane part");
+        gathered.check_schedules(&saved.fingerprint, fingerprint, saved.next_step)?;
         gathered.add("the run part", saved.next_step, Vec::new())?;
         for part in lanes.iter().filter(|p| wanted.contains(&p.lane)) {
             let name = key(part.lane);

@@ -54,6 +54,8 @@ pub struct Engine {
     cut_off_pieces: BTreeMap<u32, CutOff>,
     /// Whether this rank's data has ended (a step returned `None`).
     ended: bool,
+    /// What the restore reported (see [`Engine::notices`]).
+    notices: Vec<String>,
 }
 
 /// Pieces of one dataset's documents that lanes cut off at the end of the data still held
@@ -148,8 +150,13 @@ impl Engine {
                 )));
             }
         }
+        for notice in &loaded.notices {
+            eprintln!("zephon: {notice}");
+        }
         let runs = restore::resume_lanes(&spec, &plan, setups, loaded.lanes, loaded.next_step, opts.threads)?;
-        Engine::launch(spec, plan, topology, opts, runs, loaded.next_step)
+        let mut engine = Engine::launch(spec, plan, topology, opts, runs, loaded.next_step)?;
+        engine.notices = loaded.notices;
+        Ok(engine)
     }
 
     fn launch(
@@ -252,12 +259,19 @@ impl Engine {
             cut_off: Vec::new(),
             cut_off_pieces: BTreeMap::new(),
             ended: false,
+            notices: Vec::new(),
         })
     }
 
     /// The topology this engine runs under.
     pub fn topology(&self) -> &Topology {
         &self.shared.topology
+    }
+
+    /// What the restore reported, also said on stderr: a schedule that changes after the
+    /// checkpoint's step. Empty for a run started from its beginning.
+    pub fn notices(&self) -> &[String] {
+        &self.notices
     }
 
     /// The next step [`Engine::next_step`] will deliver.
@@ -406,7 +420,7 @@ impl Engine {
             // run as a whole has ended is for the caller to combine across ranks.
             return Ok(None);
         }
-        Ok(Some(LocalStep { step: Step(s), topology: sh.topology, lanes }))
+        Ok(Some(LocalStep { step: Step(s), topology: sh.topology.clone(), lanes }))
     }
 
     /// CPU time so far per part of the pipeline (reading, each operator, digests, snapshots),
@@ -558,7 +572,8 @@ fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &Exe
                 plan: plan.clone(),
                 accs: plan.accumulators(LaneContext { lane, seed: spec.seed })?,
                 names: names.clone(),
-                rows_per_step: topology.rows_per_lane() as usize,
+                rows: topology.rows_per_step().clone(),
+                lanes: topology.lanes(),
                 tail: spec.tail,
                 snapshot_every: opts.snapshot_every,
                 snapshot_at: opts.snapshot_at,

@@ -105,7 +105,8 @@ impl RunSpec {
                 .map(|m| DatasetPrint { name: m.name.clone(), digest: m.fingerprint() })
                 .collect(),
             lanes: topology.lanes(),
-            rows_per_step: topology.rows_per_step(),
+            rows_per_step: topology.rows_per_step().clone(),
+            shares: self.source.steering().map(|s| s.shares().clone()),
             seed: self.seed,
             bad_records: self.bad_records,
             tail: self.tail,

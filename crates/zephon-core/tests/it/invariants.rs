@@ -44,9 +44,9 @@ proptest! {
 
         // Microbatches are views: re-stacking them gives the local step's rows and digests.
         let t = Topology::builder().lanes(lanes).rows_per_step(g).place(Place { rank: 0, world_size: w }).build().unwrap();
-        let mut e = Engine::start(spec.clone(), t, opts(threads, unit, prefetch)).unwrap();
+        let mut e = Engine::start(spec.clone(), t.clone(), opts(threads, unit, prefetch)).unwrap();
         let step = e.next_step().unwrap().unwrap();
-        let local = t.local_rows() as usize;
+        let local = t.local_rows_at(0) as usize;
         let sizes = divisors(local as u32);
         let mb = sizes[mb_pick % sizes.len()] as usize;
         let rows: Vec<&Record> = step.microbatches(mb).unwrap().iter().flat_map(|m| m.rows().to_vec()).collect();

@@ -7,4 +7,5 @@ mod invariants;
 mod liveness;
 mod multiprocess;
 mod records;
+mod schedule;
 mod split;

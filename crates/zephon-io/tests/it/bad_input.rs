@@ -264,7 +264,8 @@ fn a_shard_changed_under_a_checkpoint() {
     let ckpt = tmp.path().join("ckpt");
     let t = Topology::builder().lanes(2).rows_per_step(2).build().unwrap();
     let mut e =
-        Engine::start(spec_for(open("corpus", &path, &opts).unwrap(), BadRecords::Fail), t, opts_exec()).unwrap();
+        Engine::start(spec_for(open("corpus", &path, &opts).unwrap(), BadRecords::Fail), t.clone(), opts_exec())
+            .unwrap();
     e.next_step().unwrap();
     e.checkpoint(&ckpt).unwrap();
     drop(e);

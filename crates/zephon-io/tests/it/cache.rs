@@ -62,7 +62,7 @@ fn a_same_size_edit_with_the_mtime_restored_changes_the_version() {
 
     let ckpt = tmp.path().join("ckpt");
     let t = Topology::builder().lanes(2).rows_per_step(2).build().unwrap();
-    let mut e = Engine::start(spec_for(first.clone()), t, opts(1, 3, 1)).unwrap();
+    let mut e = Engine::start(spec_for(first.clone()), t.clone(), opts(1, 3, 1)).unwrap();
     e.next_step().unwrap();
     e.checkpoint(&ckpt).unwrap();
     drop(e);

@@ -15,6 +15,19 @@ impl Spec {
     pub fn pipeline(&self) -> Result<Pipeline> {
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: m };
         let mut mixture = Mixture::new();
+        let shares = self.schedule.as_ref().and_then(|s| s.shares.as_deref()).unwrap_or_default();
+        let (first_shares, later_shares) = match shares.split_first() {
+            Some(((_, first), later)) => {
+                if let Some(n) = first.keys().find(|n| !self.datasets.iter().any(|d| d.name == **n)) {
+                    return Err(bad(format!("[schedule] shares at step 0 name {n:?}, which is no [[dataset]]")));
+                }
+                if let Some(d) = self.datasets.iter().find(|d| !first.contains_key(&d.name)) {
+                    return Err(bad(format!("[schedule] shares at step 0 do not name dataset {}", d.name)));
+                }
+                (Some(first), later)
+            }
+            None => (None, &[][..]),
+        };
         for d in &self.datasets {
             let ids = self.pretokenized.as_ref().map(|p| p.field.clone().unwrap_or_else(|| "input_ids".into()));
             let mut ds = Dataset::new(&d.name, self.resolve(&d.path)).fields(Fields {
@@ -27,12 +40,19 @@ impl Spec {
                 max_row_bytes: d.max_row_bytes,
                 images: d.images.clone(),
             });
-            ds = match (d.share, d.weight) {
-                (Some(s), _) => ds.share(s),
-                (_, Some(w)) => ds.weight(w),
+            ds = match (d.share, d.weight, first_shares.and_then(|w| w.get(&d.name))) {
+                (Some(s), _, _) | (_, _, Some(&s)) => ds.share(s),
+                (_, Some(w), _) => ds.weight(w),
                 _ => ds,
             };
             mixture = mixture.dataset(ds);
+        }
+        for (step, w) in later_shares {
+            if let Some(n) = w.keys().find(|n| !self.datasets.iter().any(|d| d.name == **n)) {
+                return Err(bad(format!("[schedule] shares at step {step} name {n:?}, which is no [[dataset]]")));
+            }
+            let named: Vec<(&str, f64)> = w.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+            mixture = mixture.shares_from(*step, &named);
         }
         let src = &self.source;
         let rows = match src.order {

@@ -7,7 +7,7 @@
 //! ```toml
 //! seed = 1234
 //! lanes = 8
-//! rows_per_step = 16            # G: rows per global step
+//! rows_per_step = 16            # G: rows per global step ([schedule] ramps it)
 //!
 //! [[dataset]]
 //! name = "a"
@@ -47,7 +47,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use zephon_core::{ExecOptions, Place, Topology};
+use zephon_core::{ExecOptions, Place, RowsPerStep, Topology};
 
 use crate::error::{Error, Result};
 
@@ -65,8 +65,8 @@ pub struct Spec {
     pub seed: u64,
     /// L, the number of lanes (fixed for the life of a run).
     pub lanes: u32,
-    /// G, rows per global step.
-    pub rows_per_step: u32,
+    /// G, rows per global step (or `[schedule] rows_per_step` / `ramp`).
+    pub rows_per_step: Option<u32>,
     /// The datasets.
     #[serde(rename = "dataset")]
     pub datasets: Vec<DatasetSpec>,
@@ -88,6 +88,8 @@ pub struct Spec {
     pub pack: Option<PackSpec>,
     /// The shuffle buffer.
     pub shuffle: Option<ShuffleSpec>,
+    /// Values that change at set steps: rows per step, token shares.
+    pub schedule: Option<ScheduleSpec>,
     /// Execution and policies.
     #[serde(default)]
     pub run: RunSection,
@@ -153,10 +155,18 @@ impl Spec {
         if self.datasets.is_empty() {
             return Err("at least one [[dataset]] is needed".into());
         }
+        let scheduled = self.schedule.as_ref().is_some_and(|s| s.shares.is_some());
         for d in &self.datasets {
             match (d.share, d.weight) {
+                (Some(_), _) | (_, Some(_)) if scheduled => {
+                    return Err(format!(
+                        "dataset {}: [schedule] shares gives every dataset's share from step 0: leave out its \
+                         `share` and `weight`",
+                        d.name
+                    ));
+                }
                 (Some(_), Some(_)) => return Err(format!("dataset {}: give `share` or `weight`, not both", d.name)),
-                (None, None) => {
+                (None, None) if !scheduled => {
                     return Err(format!("dataset {}: give a `share` (of tokens) or a `weight` (on samples)", d.name));
                 }
                 _ => {}
@@ -164,6 +174,11 @@ impl Spec {
         }
         if self.datasets.iter().any(|d| d.share.is_some()) != self.datasets.iter().all(|d| d.share.is_some()) {
             return Err("give every dataset a `share`, or every dataset a `weight`".into());
+        }
+        if let Some(w) = self.schedule.as_ref().and_then(|s| s.shares.as_ref()) {
+            if w.first().is_none_or(|(step, _)| *step != 0) {
+                return Err("[schedule] shares starts at step 0: `[[0, { ... }], ...]`".into());
+            }
         }
         if let Some(p) = &self.pack
             && p.seq_len == 0
@@ -206,17 +221,36 @@ impl Spec {
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {
             return Err("[tokenize] max_tokens must be at least 1".into());
         }
-        Topology::builder().lanes(self.lanes).rows_per_step(self.rows_per_step).build().map_err(|e| e.to_string())?;
+        Topology::builder()
+            .lanes(self.lanes)
+            .rows_per_step(self.rows_per_step()?)
+            .build()
+            .map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    /// G(step): the top-level `rows_per_step`, or `[schedule] rows_per_step` or `ramp`.
+    pub fn rows_per_step(&self) -> std::result::Result<RowsPerStep, String> {
+        let scheduled = match &self.schedule {
+            Some(s) => s.rows_per_step()?,
+            None => None,
+        };
+        match (self.rows_per_step, scheduled) {
+            (Some(_), Some(_)) => {
+                Err("rows_per_step is given twice: at the top level and in [schedule]; keep one".into())
+            }
+            (Some(g), None) => Ok(RowsPerStep::constant(g)),
+            (None, Some(g)) => Ok(g),
+            (None, None) => Err("rows_per_step is missing: give it at the top level, or [schedule] rows_per_step \
+                                 or ramp"
+                .into()),
+        }
     }
 
     /// The topology for `world_size` and `rank`.
     pub fn topology(&self, world_size: u32, rank: u32) -> Result<Topology> {
-        Ok(Topology::builder()
-            .lanes(self.lanes)
-            .rows_per_step(self.rows_per_step)
-            .place(Place { rank, world_size })
-            .build()?)
+        let rows = self.rows_per_step().map_err(|m| Error::Spec { path: self.file.clone(), message: m })?;
+        Ok(Topology::builder().lanes(self.lanes).rows_per_step(rows).place(Place { rank, world_size }).build()?)
     }
 
     /// Expands `~` and resolves a relative path against the spec's folder.

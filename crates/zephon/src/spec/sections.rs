@@ -2,7 +2,7 @@
 //! `docs/guide/spec-reference.md` (a test keeps them equal).
 
 use serde::Deserialize;
-use zephon_core::{BadRecords, Tail};
+use zephon_core::{BadRecords, RowsPerStep, Tail};
 use zephon_mix::{Balance, Exhaustion};
 
 /// One `[[dataset]]`.
@@ -273,6 +273,56 @@ impl ShuffleSpec {
     /// Records per lane.
     pub(super) fn per_lane(&self, lanes: u32) -> std::result::Result<usize, String> {
         split_across_lanes(("[shuffle]", "buffer"), self.buffer, self.buffer_total, None, lanes)
+    }
+}
+
+/// `[schedule]`: values that change at set steps, each a pure function of the step.
+///
+/// ```toml
+/// [schedule]
+/// rows_per_step = [[0, 256], [1000, 512], [3000, 1024]]    # G(step); or `ramp`
+/// shares = [[0, { a = 0.7, b = 0.3 }], [5000, { a = 0.3, b = 0.7 }]]
+/// ```
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    /// G(step) as `[first step, rows per step]` pairs, from step 0, in increasing steps.
+    pub rows_per_step: Option<Vec<(u64, u32)>>,
+    /// G(step) as a linear ramp instead of `rows_per_step`.
+    pub ramp: Option<RampSpec>,
+    /// w(step) as `[first step, { dataset = share, ... }]` pairs, from step 0, every dataset
+    /// named in each, summing to 1. The datasets then take no `share` of their own.
+    pub shares: Option<Vec<(u64, std::collections::BTreeMap<String, f64>)>>,
+}
+
+/// `[schedule.ramp]`: rows per step from `from` to `to` in increments of `by`, evenly spaced
+/// over the first `steps` steps (Megatron-LM's batch-size ramp-up, counted in steps).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RampSpec {
+    /// G at step 0.
+    pub from: u32,
+    /// G from step `steps` on.
+    pub to: u32,
+    /// The increment.
+    pub by: u32,
+    /// The steps the ramp takes.
+    pub steps: u64,
+}
+
+impl ScheduleSpec {
+    /// G(step), if the schedule gives it.
+    pub(super) fn rows_per_step(&self) -> std::result::Result<Option<RowsPerStep>, String> {
+        match (&self.rows_per_step, &self.ramp) {
+            (Some(_), Some(_)) => Err("[schedule] rows_per_step and ramp exclude each other: give one".into()),
+            (Some(g), None) => {
+                RowsPerStep::new(g.clone()).map(Some).map_err(|e| format!("[schedule] rows_per_step: {e}"))
+            }
+            (None, Some(r)) => {
+                RowsPerStep::ramp(r.from, r.to, r.by, r.steps).map(Some).map_err(|e| format!("[schedule] ramp: {e}"))
+            }
+            (None, None) => Ok(None),
+        }
     }
 }
 

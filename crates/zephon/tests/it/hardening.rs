@@ -75,10 +75,14 @@ fn shares_and_names_that_would_change_the_data_are_refused() {
     let dir = tmp();
     let base = two_fields_spec(dir.path(), "");
     let cases = [
-        (base.replacen("share = 0.5", "share = -0.3", 1), "share -0.3 must be in (0, 1]"),
-        (base.replacen("share = 0.5", "share = 1.3", 1), "share 1.3 must be in (0, 1]"),
-        (base.replacen("share = 0.5", "share = nan", 1), "share NaN must be in (0, 1]"),
+        (base.replacen("share = 0.5", "share = -0.3", 1), "share -0.3 must be in [0, 1]"),
+        (base.replacen("share = 0.5", "share = 1.3", 1), "share 1.3 must be in [0, 1]"),
+        (base.replacen("share = 0.5", "share = nan", 1), "share NaN must be in [0, 1]"),
         (base.replacen("share = 0.5", "share = 0.2", 1), "token shares sum to 0.7, not 1"),
+        (
+            base.replacen("share = 0.5", "share = 0.0", 1).replacen("share = 0.5", "share = 1.0", 1),
+            "share 0 and no later share: it would never be read",
+        ),
         (base.replacen("name = \"b\"", "name = \"a\"", 1), "two datasets are called \"a\""),
         (base.replace("pad_id = 50256", "pad_id = 60000"), "pad_id 60000 is not a token of the tokenizer"),
         (

@@ -9,7 +9,7 @@ const PACK: &str = "\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 512\npad_id = 
 #[test]
 fn a_valid_spec_parses_and_explains() {
     let spec = parse(&spec_text("jsonl", 8, 16, "", PACK));
-    assert_eq!((spec.lanes, spec.rows_per_step, spec.seed), (8, 16, 99));
+    assert_eq!((spec.lanes, spec.rows_per_step, spec.seed), (8, Some(16), 99));
     let text = spec.pipeline().unwrap().explain(&spec.topology(2, 1).unwrap()).unwrap();
     for want in
         ["  datasets\n", "[0] a", "[1] b", "tokens/row", "tokenize", "pack", "lanes 4..8", "accumulator", "parallel"]

@@ -11,6 +11,7 @@ use crate::error::{Error, OpError, record_error};
 use crate::plan::{Plan, apply_chain};
 use crate::source::WorkSource;
 use crate::step::{LaneDigest, LaneStep, lane_digest};
+use crate::step_schedule::RowsPerStep;
 use zephon_operator::{Accumulator, Lane, Record, Step};
 
 use crate::engine::settings::Tail;
@@ -58,7 +59,11 @@ pub(crate) struct LaneRun {
     plan: Arc<Plan>,
     accs: Vec<Box<dyn Accumulator>>,
     names: Arc<[String]>,
-    rows_per_step: usize,
+    /// G(step), and the lanes that share each step's rows.
+    rows: RowsPerStep,
+    lanes: u32,
+    /// Rows the step being filled takes from this lane: G(next_step)/L.
+    step_rows: usize,
     tail: Tail,
     snapshot_every: u64,
     snapshot_at: Option<u64>,
@@ -121,7 +126,10 @@ pub(crate) struct LaneSetup {
     pub plan: Arc<Plan>,
     pub accs: Vec<Box<dyn Accumulator>>,
     pub names: Arc<[String]>,
-    pub rows_per_step: usize,
+    /// G(step), the schedule of rows per global step.
+    pub rows: RowsPerStep,
+    /// L, the run's lane count.
+    pub lanes: u32,
     pub tail: Tail,
     pub snapshot_every: u64,
     pub snapshot_at: Option<u64>,
@@ -142,7 +150,9 @@ impl LaneRun {
             plan: setup.plan,
             accs: setup.accs,
             names: setup.names,
-            rows_per_step: setup.rows_per_step,
+            step_rows: rows_per_lane(&setup.rows, setup.lanes, next_step),
+            rows: setup.rows,
+            lanes: setup.lanes,
             tail: setup.tail,
             snapshot_every: setup.snapshot_every,
             snapshot_at: setup.snapshot_at,
@@ -477,7 +487,7 @@ impl LaneRun {
     fn emit(&mut self, row: Record) {
         self.rows_emitted += 1;
         self.current.push(row);
-        if self.current.len() == self.rows_per_step {
+        if self.current.len() >= self.step_rows {
             self.finalize();
         }
     }
@@ -498,7 +508,8 @@ impl LaneRun {
     }
 
     fn finalize(&mut self) {
-        let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.rows_per_step));
+        self.step_rows = rows_per_lane(&self.rows, self.lanes, self.next_step + 1);
+        let rows = std::mem::replace(&mut self.current, Vec::with_capacity(self.step_rows));
         let digest = if self.digests_by_workers {
             let timed = self.times.digests_timed.start();
             let digest = lane_digest(&rows);
@@ -532,6 +543,12 @@ impl LaneRun {
             }
         }
     }
+}
+
+/// The rows one lane gives step `step`: a lane's rows are one stream, whatever the schedule;
+/// G(step) only says where each step's rows end.
+fn rows_per_lane(rows: &RowsPerStep, lanes: u32, step: u64) -> usize {
+    (rows.at(step) / lanes.max(1)) as usize
 }
 
 #[cfg(test)]

@@ -44,8 +44,21 @@ impl LaneRun {
             return;
         };
         let st = &mut s.state;
+        // The shares in force at the step this lane is making rows for; a new segment counts
+        // what the lane delivers afresh and retargets the accumulators.
+        let schedule = steering.shares();
+        let segment = schedule.segment_start(self.next_step);
+        let shares = schedule.at(self.next_step);
+        if segment != st.segment {
+            st.segment = segment;
+            st.segment_base = st.delivered.clone();
+            for a in &mut self.accs {
+                a.targets_changed(shares);
+            }
+        }
         loop {
-            let Some(d) = steering.next_dataset(&st.delivered, &st.exhausted) else {
+            let since = st.delivered_in_segment();
+            let Some(d) = steering.next_dataset(shares, &since, &st.exhausted) else {
                 st.current = None;
                 s.chosen.push(SteeredChunk::End);
                 return;
