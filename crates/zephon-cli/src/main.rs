@@ -12,6 +12,7 @@ mod demo_images;
 mod inspect;
 mod progress;
 mod run;
+mod shares;
 mod verify;
 
 use std::path::PathBuf;
@@ -175,6 +176,22 @@ fn main() -> ExitCode {
                         })
                         .collect();
                     eprintln!("token shares: {}", parts.join(", "));
+                }
+                for g in &r.segments {
+                    let pct = |v: &[f64]| v.iter().map(|x| format!("{:.1}", 100.0 * x)).collect::<Vec<_>>().join(" / ");
+                    let transition = match g.transition_steps {
+                        Some(t) => format!("within {} tokens after a transition of {t} steps", g.bound_tokens.unwrap_or(0)),
+                        None => "the bound never held".to_string(),
+                    };
+                    eprintln!(
+                        "shares of steps {}..{}: {} % (target {} %); after the transition {} %, {transition}, at most {} tokens off",
+                        g.from_step,
+                        g.to_step,
+                        pct(&g.shares),
+                        pct(&g.targets),
+                        pct(&g.shares_after_transition),
+                        g.max_deviation_tokens
+                    );
                 }
             }
         }),

@@ -9,6 +9,8 @@ use zephon::lane_core::{Digest, HashLogLine, Lane, RankEnv, checkpoint, lane_dig
 use zephon::{LocalStep, Spec, Topology, Value};
 
 use crate::CliError;
+use crate::shares::ShareTracker;
+pub use crate::shares::{SegmentReport, ShareReport};
 
 /// What `run` was asked to do.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -69,6 +71,9 @@ pub struct RunReport {
     /// Tokens delivered per dataset (from the rows' lineage), their shares, and how far each
     /// dataset ran ahead of its target share at worst, over every step (this rank's lanes).
     pub shares: Vec<ShareReport>,
+    /// The same per segment of the share schedule, against the segment's targets: the
+    /// transition after each change and the largest deviation after it.
+    pub segments: Vec<SegmentReport>,
     /// Thread time per part of the pipeline (reading, each operator, digests, snapshots).
     pub time_by_stage: Vec<zephon::StageTime>,
     /// Images (attachments of kind `image`) in the delivered rows.
@@ -77,86 +82,12 @@ pub struct RunReport {
     pub data: zephon::DataReport,
 }
 
-/// One dataset's part of the delivered tokens.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct ShareReport {
-    pub name: String,
-    /// Tokens of this dataset in the delivered rows.
-    pub tokens: u64,
-    /// Their share of all delivered tokens.
-    pub share: f64,
-    /// The target token share, when the mixture has shares.
-    pub target: Option<f64>,
-    /// The most this dataset's cumulative tokens exceeded its target share of all tokens
-    /// delivered so far, over every step (0 when it never ran ahead).
-    pub max_excess_tokens: u64,
-    /// The step after which it ran ahead by `max_excess_tokens`.
-    pub max_excess_step: u64,
-    /// After each step of the run, how many tokens this dataset was ahead of its target share
-    /// of all tokens delivered so far (negative: behind). Empty without a target.
-    pub ahead_by_step: Vec<i64>,
-}
-
-/// Counts tokens per dataset step by step, from the lineage of the delivered rows.
-struct ShareTracker {
-    reports: Vec<ShareReport>,
-    total: u64,
-}
-
-impl ShareTracker {
-    fn new(names: Vec<String>, targets: Option<Vec<f64>>) -> Self {
-        let reports = names
-            .into_iter()
-            .enumerate()
-            .map(|(d, name)| ShareReport {
-                name,
-                target: targets.as_ref().and_then(|t| t.get(d).copied()),
-                ..ShareReport::default()
-            })
-            .collect();
-        ShareTracker { reports, total: 0 }
-    }
-
-    fn step(&mut self, step: &LocalStep) {
-        for row in step.rows() {
-            for f in row.lineage().fragments() {
-                if let Some(r) = self.reports.get_mut(f.sample.dataset as usize) {
-                    r.tokens += u64::from(f.len());
-                    self.total += u64::from(f.len());
-                }
-            }
-        }
-        for r in &mut self.reports {
-            if let Some(t) = r.target {
-                let ahead = (r.tokens as f64 - t * self.total as f64).round() as i64;
-                r.ahead_by_step.push(ahead);
-                if ahead > 0 && ahead as u64 > r.max_excess_tokens {
-                    r.max_excess_tokens = ahead as u64;
-                    r.max_excess_step = step.step().0;
-                }
-            }
-        }
-    }
-
-    /// One line for the progress bar: each dataset's share so far.
-    fn line(&self) -> String {
-        if self.reports.len() < 2 || self.total == 0 {
-            return String::new();
-        }
-        let parts: Vec<String> = self
-            .reports
-            .iter()
-            .map(|r| format!("{} {:.1} %", r.name, 100.0 * r.tokens as f64 / self.total as f64))
-            .collect();
-        format!(", {}", parts.join(" "))
-    }
-
-    fn finish(mut self) -> Vec<ShareReport> {
-        for r in &mut self.reports {
-            r.share = if self.total > 0 { r.tokens as f64 / self.total as f64 } else { 0.0 };
-        }
-        self.reports
-    }
+/// The bound the shares hold to at every step without a schedule, for this rank's lanes:
+/// each lane within `slack_tokens + seq_len` tokens of its share (see the mixing guide).
+fn share_bound(spec: &Spec, topology: &Topology) -> Option<u64> {
+    let slack = spec.ensure_mixture.as_ref()?.slack_tokens.unwrap_or(4096);
+    let seq_len = spec.pack.as_ref()?.seq_len as u64;
+    Some(u64::from(topology.lanes() / topology.world_size()) * (slack + seq_len))
 }
 
 /// Says the spec's warnings (settings that combine to drop data) on stderr.
@@ -255,6 +186,11 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     let spec = Spec::from_file(&args.spec)?;
     warn(&spec);
     let topology = topology(&spec, args.world_size, args.rank)?;
+    // A microbatch size that cannot cut some step of the schedule is refused now, naming the
+    // step, not when the run gets there.
+    if let Some(m) = args.microbatch {
+        topology.check_microbatch(u32::try_from(m).unwrap_or(u32::MAX)).map_err(zephon::Error::from)?;
+    }
     let mut exec = spec.exec();
     if let Some(t) = args.threads {
         exec.threads = t;
@@ -290,6 +226,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
         }
     }
     let pipeline = spec.pipeline()?.exec(exec);
+    let bound = share_bound(&spec, &topology);
     let mut loader = match &args.resume_from {
         Some(dir) => pipeline.restore(topology, &resolve_checkpoint(dir, spec.lanes)?)?,
         None => pipeline.build(topology)?,
@@ -309,7 +246,8 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     };
     let progress = crate::progress::Progress::new(!args.quiet, target.map(|t| t - first_step));
     let mut report = RunReport { first_step, ..RunReport::default() };
-    let mut shares = ShareTracker::new(loader.dataset_names(), loader.token_shares(0));
+    let mut shares =
+        ShareTracker::new(loader.dataset_names(), loader.share_schedule().cloned(), bound);
     let mut first_batch: Option<(Instant, u64)> = None;
     let result = (|| -> Result<(), CliError> {
         while target.is_none_or(|t| loader.position().0 < t) {
@@ -378,7 +316,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
             report.tokens_per_s = (report.tokens - tok) as f64 / secs;
         }
     }
-    report.shares = shares.finish();
+    (report.shares, report.segments) = shares.finish();
     report.time_by_stage = loader.timings();
     if report.positions > 0 {
         report.fill = report.tokens as f64 / report.positions as f64;

@@ -570,3 +570,62 @@ fn inspect_names_every_image_of_a_vision_language_step() {
     let out = text(&o);
     assert!(o.status.success() && out.contains("images") && out.contains("decode (zune"), "{out}");
 }
+
+/// `spec`'s file with a batch-size ramp 64 → 128 → 256 (at steps 2 and 4) and a two-segment
+/// curriculum (a 70 / 30 from step 0, 30 / 70 from step 3) in a `[schedule]` table.
+fn scheduled_spec(dir: &Path) -> PathBuf {
+    let s = spec(dir, 8, 64, 128, None);
+    let text = std::fs::read_to_string(&s).unwrap();
+    assert_eq!(text.matches("share = 0.5\n").count(), 2, "the template's shares moved: update this test");
+    let text = text.replace("rows_per_step = 64\n", "").replace("share = 0.5\n", "")
+        + "\n[schedule]\nrows_per_step = [[0, 64], [2, 128], [4, 256]]\n\
+           shares = [[0, { a = 0.7, b = 0.3 }], [3, { a = 0.3, b = 0.7 }]]\n";
+    let p = dir.join("scheduled.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// A batch-size ramp and a curriculum on the real corpora: rank processes at W = 1, 2, 4, 8,
+/// with 1 and 2 threads and microbatches of 1 and 8 rows, and resumes at the ramp's
+/// boundaries at other world sizes, all deliver the same global steps; `explain` shows both
+/// schedules, and a microbatch size that cannot cut a step of the ramp is refused before the
+/// run, naming the step.
+#[test]
+fn a_batch_size_ramp_and_a_curriculum_verify_across_processes_world_sizes_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scheduled_spec(dir.path());
+    let spec = s.to_str().unwrap();
+    let o = zephon(&[
+        "verify",
+        "--spec",
+        spec,
+        "--world-sizes",
+        "1,2,4,8",
+        "--threads",
+        "1,2",
+        "--microbatch",
+        "1,8",
+        "--steps",
+        "6",
+        "--resume-at",
+        "2",
+        "--resume-world-sizes",
+        "1,4,8",
+        "--second-resume-at",
+        "4",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success() && out.contains("every global step is identical"), "{out}");
+    let o = zephon(&["explain", "--spec", spec]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for want in [
+        "64 (8 per lane) from step 0, 128 (16 per lane) from step 2, 256 (32 per lane) from step 4",
+        "30.0% / 70.0% from step 3",
+    ] {
+        assert!(out.contains(want), "explain lacks {want:?}:\n{out}");
+    }
+    let o = zephon(&["run", "--spec", spec, "--steps", "1", "--world-size", "2", "--rank", "0", "--microbatch", "64"]);
+    let out = text(&o);
+    assert!(!o.status.success() && out.contains("do not divide the 32 local rows of step 0"), "{out}");
+}

@@ -11,6 +11,7 @@ import os
 import pickle
 import threading
 import time
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -262,3 +263,44 @@ def test_file_checkpoints_resume_at_another_dp_size(tmp_path, spec_file):
     resumed = zephon_rs.Loader(spec_file, dp_rank=0, dp_world_size=1, resume_from=tmp_path / "ckpt")
     assert resumed.position == 3
     assert fingerprints(resumed, 3) == reference[3:]
+
+
+def scheduled_spec(data: Path) -> str:
+    """A batch-size ramp (16 → 32 at step 2) and a curriculum (50/50, then 20/80 at step 3)."""
+    text = text_spec(data, rows=16).replace("rows_per_step = 16\n", "").replace("share = 0.5\n", "")
+    return text + textwrap.dedent("""\
+        [schedule]
+        rows_per_step = [[0, 16], [2, 32]]
+        shares = [[0, { a = 0.5, b = 0.5 }], [3, { a = 0.2, b = 0.8 }]]
+        """)
+
+
+def test_a_trainer_can_ask_for_the_schedules_and_they_resume_at_another_dp_size(tmp_path, data):
+    spec = tmp_path / "scheduled.toml"
+    spec.write_text(scheduled_spec(data))
+    loader = zephon_rs.Loader(spec, dp_rank=1, dp_world_size=2)
+    assert [loader.rows_per_step_at(s) for s in range(4)] == [16, 16, 32, 32]
+    assert [loader.local_rows_at(s) for s in range(4)] == [8, 8, 16, 16]
+    assert loader.token_shares(2) == {"a": 0.5, "b": 0.5}
+    assert loader.token_shares(3) == pytest.approx({"a": 0.2, "b": 0.8})
+    assert (loader.rows_per_step, loader.local_rows) == (16, 8)
+    steps = [next(loader) for _ in range(3)]
+    assert [s.batch()["input_ids"].shape[0] for s in steps] == [8, 8, 16]
+    assert (loader.rows_per_step, loader.token_shares()) == (32, pytest.approx({"a": 0.2, "b": 0.8}))
+
+    reference = fingerprints(zephon_rs.Loader(spec, dp_rank=0, dp_world_size=1), 5)
+    ranks = [zephon_rs.Loader(spec, dp_rank=r, dp_world_size=4) for r in range(4)]
+    for _ in range(2):
+        for l in ranks:
+            next(l)
+    for l in ranks:
+        l.checkpoint(tmp_path / "ckpt")
+    resumed = zephon_rs.Loader(spec, dp_rank=0, dp_world_size=1, resume_from=tmp_path / "ckpt")
+    assert resumed.notices == []
+    assert fingerprints(resumed, 3) == reference[2:]
+
+    # A schedule that changes only after the checkpoint's step resumes, and says so.
+    later = tmp_path / "later.toml"
+    later.write_text(scheduled_spec(data).replace("[3, { a = 0.2", "[4, { a = 0.2"))
+    moved = zephon_rs.Loader(later, dp_rank=0, dp_world_size=1, resume_from=tmp_path / "ckpt")
+    assert any("after the checkpoint's step 2" in n for n in moved.notices), moved.notices

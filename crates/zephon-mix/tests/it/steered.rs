@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use zephon_core::ShareSchedule;
 use zephon_core::*;
 use zephon_mix::{EnsureMixture, Exhaustion, SourceOptions, SteeredSource};
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, WrapPack, opts};
@@ -194,5 +195,84 @@ fn finite_steered_data_is_delivered_exactly_once() {
             assert_eq!(a, at, "{doc}: a hole or an overlap at {a}");
             at = b;
         }
+    }
+}
+
+/// A spec whose shares follow `schedule` (3 datasets), with ensure_mixture and a shuffle that
+/// keeps shares, so that every holder of targets is retargeted at each segment.
+fn scheduled_spec(schedule: &ShareSchedule) -> RunSpec {
+    let datasets = datasets();
+    let first = schedule.at(0);
+    let config = SourceOptions { seed: 3, chunk_tokens: Some(96), ..SourceOptions::default() };
+    let source = SteeredSource::new(&datasets.manifests(), first, config, &PER_ROW, None)
+        .and_then(|s| s.with_schedule(schedule.clone()))
+        .expect("valid mixture");
+    let operators = Operators::new()
+        .then(ByteTokenize)
+        .then(EnsureMixture::new(first, 64).expect("valid shares"))
+        .then(WrapPack { len: 32 })
+        .then(ShuffleBuffer { size: 3 });
+    RunSpec {
+        operators,
+        source: Arc::new(source),
+        datasets,
+        seed: 9,
+        bad_records: BadRecords::Fail,
+        tail: Tail::Drop,
+        token_estimates: Vec::new(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Random share schedules (a dataset may be off in a segment), lane counts and world
+    /// sizes, resumes at a segment's first step, a step before or after it: every global step
+    /// equals the uninterrupted run at W = 1.
+    #[test]
+    fn a_share_schedule_gives_the_same_steps_at_every_world_size_and_across_resumes(
+        segments in prop::collection::vec((2u64..8, prop::collection::vec(0.0f64..1.0, 3)), 1..3),
+        first in prop::collection::vec(0.05f64..1.0, 3),
+        lanes in prop::sample::select(vec![1u32, 2, 4]),
+        w in prop::sample::select(vec![1u32, 2, 4]),
+        w2 in prop::sample::select(vec![1u32, 2, 4]),
+        shift in prop::sample::select(vec![-1i64, 0, 1]),
+    ) {
+        let (w, w2) = (w.min(lanes), w2.min(lanes));
+        let mut at = 0;
+        let mut list = vec![(0, first)];
+        for (len, mut w) in segments {
+            at += len;
+            w[at as usize % 3] += 0.2; // never all zero
+            list.push((at, w));
+        }
+        let schedule = ShareSchedule::new(list).unwrap();
+        let spec = scheduled_spec(&schedule);
+        let total = at + 4;
+        let (reference, _) = run(&spec, lanes, 1, 2, total, None);
+        let cut = schedule.segments()[1].0.saturating_add_signed(shift).clamp(1, total - 1);
+        let (mut got, first) = run(&spec, lanes, w, 2, cut, None);
+        let (rest, _) = run(&spec, lanes, w2, 1, total - cut, Some(&first));
+        got.extend(rest);
+        prop_assert_eq!(got, reference);
+    }
+}
+
+/// After a segment starts, each lane reads by its shares: a dataset off in the first segment
+/// arrives only in the second, and the tokens of the second segment's steps follow its targets
+/// after a transition of a few steps (what the packer and the shuffle still hold).
+#[test]
+fn the_closed_loop_follows_the_shares_in_force() {
+    let schedule = ShareSchedule::new(vec![(0, vec![0.5, 0.5, 0.0]), (300, vec![0.2, 0.3, 0.5])]).unwrap();
+    let spec = scheduled_spec(&schedule);
+    let (by_step, _) = delivered(&spec, 900);
+    assert_eq!(by_step[299][2], 0, "dataset 2 is off before step 300");
+    // Tokens of steps 310.. (after ten steps of transition), against the second targets.
+    let (from, to) = (by_step[309], by_step[by_step.len() - 1]);
+    let got: Vec<u64> = (0..3).map(|d| to[d] - from[d]).collect();
+    let total: u64 = got.iter().sum();
+    for d in 0..3 {
+        let share = got[d] as f64 / total as f64;
+        assert!((share - schedule.at(300)[d]).abs() < 0.03, "dataset {d}: {share:.3} of {total} tokens");
     }
 }
