@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use zephon::lane_core::{Digest, HashLogLine, Lane, RankEnv, checkpoint, lane_digest};
+use zephon::operator::columns;
 use zephon::{LocalStep, Spec, Topology, Value};
 
 use crate::CliError;
@@ -324,7 +325,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
             shares.step(&step);
             report.images += step
                 .rows()
-                .map(|r| r.attachments().iter().filter(|a| a.kind().as_str() == "image").count() as u64)
+                .map(|r| r.attachments().iter().filter(|a| a.kind().as_str() == columns::IMAGE).count() as u64)
                 .sum::<u64>();
             report.steps += 1;
             if let Some(log) = &mut log {

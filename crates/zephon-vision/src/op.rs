@@ -18,9 +18,7 @@ use crate::normalize::{Dtype, Element, Normalize};
 use crate::patch::{Patches, QwenPatching, qwen2_vl_patches, vit_patches};
 use crate::resize::{ReducingGap, ResizeSpec, decode_resized};
 
-pub use zephon_operator::columns::{
-    IMAGE_BYTES as BYTES, IMAGE_GRID_THW, IMAGE_SOURCE as SOURCE, IMAGE_TOKENS, PIXEL_VALUES,
-};
+pub use zephon_operator::columns::{IMAGE, IMAGE_BYTES, IMAGE_GRID_THW, IMAGE_SOURCE, IMAGE_TOKENS, PIXEL_VALUES};
 
 /// How pixels are laid out in `pixel_values`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -79,7 +77,7 @@ impl ImagesOptions {
     /// f32, no augmentation.
     pub fn llava(seed: u64) -> Result<Self> {
         Ok(ImagesOptions {
-            kind: "image".into(),
+            kind: IMAGE.into(),
             decode: DecodeOptions::new(),
             resize: ResizeSpec::fixed(336, 336, crate::resize::Fit::CenterCrop)?,
             reduced_decode: None,
@@ -97,7 +95,7 @@ impl ImagesOptions {
     /// normalisation, Qwen2-VL patches, one token per 2×2 merged patches, bf16.
     pub fn qwen2_vl(seed: u64) -> Self {
         ImagesOptions {
-            kind: "image".into(),
+            kind: IMAGE.into(),
             decode: DecodeOptions::new(),
             resize: ResizeSpec::smart(crate::SmartResize::QWEN2_VL).with_filter(crate::resize::Filter::Bicubic),
             reduced_decode: None,
@@ -127,7 +125,7 @@ impl ImagesOptions {
 }
 
 /// The image operator (stateless): for each attachment of the configured kind carrying
-/// [`BYTES`], decodes (EXIF orientation, pixel limit, truncation checks), optionally augments
+/// [`IMAGE_BYTES`], decodes (EXIF orientation, pixel limit, truncation checks), optionally augments
 /// (random resized crop, flip, drawn from `(seed, sample id, image index)` so every topology and
 /// restore sees the same pixels), resizes, normalises and lays out the pixels, and sets
 /// [`PIXEL_VALUES`], [`IMAGE_GRID_THW`] and [`IMAGE_TOKENS`], removing the bytes.
@@ -156,12 +154,14 @@ impl Images {
 
     fn one(&self, sample: SampleId, a: &mut Attachment) -> Result<()> {
         let c = &*self.config;
-        let bytes = match a.take(BYTES) {
+        let bytes = match a.take(IMAGE_BYTES) {
             Some(Value::Bytes(b)) => b,
-            Some(other) => return Err(VisionError::invalid(format!("its {BYTES:?} value is {}", other.describe()))),
+            Some(other) => {
+                return Err(VisionError::invalid(format!("its {IMAGE_BYTES:?} value is {}", other.describe())));
+            }
             None => {
                 return Err(VisionError::invalid(format!(
-                    "it has no {BYTES:?} value (read it with a dataset that yields images)"
+                    "it has no {IMAGE_BYTES:?} value (read it with a dataset that yields images)"
                 )));
             }
         };
@@ -294,7 +294,7 @@ impl Operator for Images {
             .first_sample()
             .ok_or_else(|| OpError::Fatal("images expects records read from storage".into()))?;
         for a in record.attachments_mut().filter(|a| a.kind() == &self.kind) {
-            let source = match a.get(SOURCE) {
+            let source = match a.get(IMAGE_SOURCE) {
                 Some(Value::Str(s)) => format!(" ({s})"),
                 _ => String::new(),
             };
