@@ -169,7 +169,8 @@ impl Spec {
 
     #[cfg(feature = "vision")]
     fn images_op(&self, im: &ImagesSpec) -> Result<zephon_vision::Images> {
-        use zephon_vision::normalize::{Dtype, Normalize};
+        use zephon_operator::DType;
+        use zephon_vision::normalize::Normalize;
         use zephon_vision::resize::{Filter, Fit, ResizeSpec};
         use zephon_vision::{ImageTokens, Images, ImagesOptions, JpegBackend, PixelLayout, PixelLimit, SmartResize};
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[images] {m}") };
@@ -215,9 +216,9 @@ impl Spec {
         }
         if let Some(d) = im.dtype {
             c.dtype = match d {
-                ImageDtype::F32 => Dtype::F32,
-                ImageDtype::Bf16 => Dtype::Bf16,
-                ImageDtype::F16 => Dtype::F16,
+                ImageDtype::F32 => DType::F32,
+                ImageDtype::Bf16 => DType::BF16,
+                ImageDtype::F16 => DType::F16,
             };
         }
         if let Some(l) = im.layout {
