@@ -3,7 +3,7 @@
 use zephon_core::Tail;
 use zephon_io::Fields;
 use zephon_mix::{EnsureMixture, EstimateOptions, Exhaustion, Order, RowOrder, Shuffle};
-use zephon_pack::{Algorithm, EndOfData, LongDocs, Pack, PackOptions};
+use zephon_pack::{Algorithm, EndOfData, LongerThanRow, Pack, PackOptions};
 
 use super::*;
 use crate::error::{Error, Result};
@@ -140,9 +140,9 @@ impl Spec {
                 (_, Some(m)) => config.max_segments = m,
                 (_, None) => {}
             }
-            config.long = match pk.long_documents.unwrap_or(PackLongDocuments::Split) {
-                PackLongDocuments::Split => LongDocs::Split,
-                PackLongDocuments::Truncate => LongDocs::Truncate,
+            config.longer_than_row = match pk.long_documents.unwrap_or(PackLongDocuments::Split) {
+                PackLongDocuments::Split => LongerThanRow::Split,
+                PackLongDocuments::Truncate => LongerThanRow::Truncate,
             };
             let finite = self.source.exhaustion != Exhaustion::Repeat;
             config.end_of_data = match pk.end_of_data {
