@@ -1,5 +1,5 @@
-//! Batch columns to tensors: buffers handed over where the batch owns them alone, copied once
-//! otherwise; offsets and varlen metadata derived on the host.
+//! Batch columns to tensors ([`Sink::convert`]): buffers handed over where the batch owns them
+//! alone, copied once otherwise; offsets and varlen metadata derived on the host.
 
 use candle_core::{DType, Device, Tensor, WithDType};
 use zephon_core::{Array, ArrayData, Batch, Buffer, ColumnData, Ragged};
@@ -22,18 +22,22 @@ pub fn candle_dtype(d: zephon_core::DType) -> DType {
     }
 }
 
-pub(crate) fn batch(sink: &Sink, batch: Batch) -> Result<Tensors> {
-    let mut out = Tensors::new(batch.rows());
-    for column in batch.into_columns() {
-        let name = column.name.as_str().to_string();
-        match column.data {
-            ColumnData::Dense(a) => dense(sink, name, a, &mut out)?,
-            ColumnData::Ragged(r) => ragged(sink, name, r, &mut out)?,
-            ColumnData::Str(rows) => byte_rows(sink, name, rows.iter().map(|s| s.as_bytes()), &mut out)?,
-            ColumnData::Bytes(rows) => byte_rows(sink, name, rows.iter().map(|b| b.as_slice()), &mut out)?,
+impl Sink {
+    /// The batch's columns as tensors. Consumes the batch so that buffers it owns alone move
+    /// into tensors without a copy.
+    pub fn convert(&self, batch: Batch) -> Result<Tensors> {
+        let mut out = Tensors::new(batch.rows());
+        for column in batch.into_columns() {
+            let name = column.name.as_str().to_string();
+            match column.data {
+                ColumnData::Dense(a) => dense(self, name, a, &mut out)?,
+                ColumnData::Ragged(r) => ragged(self, name, r, &mut out)?,
+                ColumnData::Str(rows) => byte_rows(self, name, rows.iter().map(|s| s.as_bytes()), &mut out)?,
+                ColumnData::Bytes(rows) => byte_rows(self, name, rows.iter().map(|b| b.as_slice()), &mut out)?,
+            }
         }
+        Ok(out)
     }
-    Ok(out)
 }
 
 fn dense(sink: &Sink, name: String, a: Array, out: &mut Tensors) -> Result<()> {

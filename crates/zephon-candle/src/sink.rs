@@ -1,18 +1,17 @@
 //! The sink's settings: where tensors go, which dtype each column becomes, how varlen metadata
 //! is laid out.
+//!
+//! The work is elsewhere, each part beside what it makes: `convert.rs` holds
+//! [`Sink::convert`] (a batch to tensors), `step.rs` holds [`Sink::step`] (a local step to
+//! [`StepTensors`](crate::StepTensors)). Both read these settings; this module reads neither.
 
 use std::collections::BTreeMap;
 
 use candle_core::{DType, Device};
-use zephon_core::{Batch, LocalStep};
 
-use crate::convert;
-use crate::error::Result;
-use crate::step::StepTensors;
-use crate::tensors::Tensors;
-
-/// The packed-text column names, as `zephon-pack` writes them ([`Sink::new`] gives several
-/// of them model dtypes).
+/// The packed-text column names, from the list the operators that write them and the sinks
+/// share (`zephon_operator::columns`, re-exported by `zephon_core`); [`Sink::new`] gives several
+/// of them model dtypes.
 pub mod columns {
     pub use zephon_core::columns::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, POSITIONS, SEGMENT_IDS};
 }
@@ -24,7 +23,7 @@ pub enum CuSeqlens {
     /// sequence end of row 0, then of row 1 shifted by T, and so on, with the repeats that pad
     /// each row's vector removed (shape `[n + 1]` for n sequences, padding runs counting as
     /// sequences). This is what varlen attention kernels take, with
-    /// [`Tensors::max_seqlen`] as their `max_seqlen`.
+    /// [`Tensors::max_seqlen`](crate::Tensors::max_seqlen) as their `max_seqlen`.
     #[default]
     Flat,
     /// The column as it is: `[rows, S + 2]`, each row's own vector.
@@ -35,7 +34,7 @@ pub enum CuSeqlens {
 ///
 /// Each column keeps its name. Dense columns become one tensor `[rows, ...]`; ragged columns
 /// (images, their patches, attachment spans) a flat values tensor plus offsets (see
-/// [`Tensors`]); text and byte columns their UTF-8 / raw bytes as `u8` plus offsets. No
+/// [`Tensors`](crate::Tensors)); text and byte columns their UTF-8 / raw bytes as `u8` plus offsets. No
 /// column is dropped.
 ///
 /// Dtypes: a column named in the map becomes that dtype; any other float column becomes the
@@ -132,18 +131,5 @@ impl Sink {
             (None, Some(f)) if native.is_float() => f,
             _ => native,
         }
-    }
-
-    /// The batch's columns as tensors. Consumes the batch so that buffers it owns alone move
-    /// into tensors without a copy.
-    pub fn convert(&self, batch: Batch) -> Result<Tensors> {
-        convert::batch(self, batch)
-    }
-
-    /// A local step's tensors: the whole step as one batch (`microbatch` = `None`), or its
-    /// microbatches of `microbatch` rows in order. The step is consumed and dropped before
-    /// the conversion, so rows that end up alone in a batch hand their buffers over.
-    pub fn step(&self, step: LocalStep, microbatch: Option<usize>) -> Result<StepTensors> {
-        crate::step::convert_step(self, step, microbatch)
     }
 }

@@ -1,4 +1,4 @@
-//! A local step's tensors, with what identifies the step.
+//! A local step's tensors ([`Sink::step`]), with what identifies the step.
 
 use zephon_core::{Batch, Digest, Lane, Lineage, LocalStep, Step};
 
@@ -64,23 +64,28 @@ impl StepTensors {
     }
 }
 
-pub(crate) fn convert_step(sink: &Sink, step: LocalStep, microbatch: Option<usize>) -> Result<StepTensors> {
-    let batches: Vec<Batch> = match microbatch {
-        None => vec![step.to_batch()?],
-        Some(n) => step.microbatches(n)?.iter().map(|m| m.to_batch()).collect::<zephon_core::Result<_>>()?,
-    };
-    let number = step.step();
-    let fingerprint = step.local_fingerprint();
-    let lane_digests = step.lane_digests().collect();
-    let partial = step.is_partial();
-    // The rows go before the conversion: a batch of one row shares that row's buffers, and
-    // only once the row is gone does the batch own them alone and hand them over uncopied.
-    drop(step);
-    let mut lineage = Vec::new();
-    let mut microbatches = Vec::with_capacity(batches.len());
-    for b in batches {
-        lineage.extend_from_slice(b.lineages());
-        microbatches.push(sink.convert(b)?);
+impl Sink {
+    /// A local step's tensors: the whole step as one batch (`microbatch` = `None`), or its
+    /// microbatches of `microbatch` rows in order. The step is consumed and dropped before
+    /// the conversion, so rows that end up alone in a batch hand their buffers over.
+    pub fn step(&self, step: LocalStep, microbatch: Option<usize>) -> Result<StepTensors> {
+        let batches: Vec<Batch> = match microbatch {
+            None => vec![step.to_batch()?],
+            Some(n) => step.microbatches(n)?.iter().map(|m| m.to_batch()).collect::<zephon_core::Result<_>>()?,
+        };
+        let number = step.step();
+        let fingerprint = step.local_fingerprint();
+        let lane_digests = step.lane_digests().collect();
+        let partial = step.is_partial();
+        // The rows go before the conversion: a batch of one row shares that row's buffers, and
+        // only once the row is gone does the batch own them alone and hand them over uncopied.
+        drop(step);
+        let mut lineage = Vec::new();
+        let mut microbatches = Vec::with_capacity(batches.len());
+        for b in batches {
+            lineage.extend_from_slice(b.lineages());
+            microbatches.push(self.convert(b)?);
+        }
+        Ok(StepTensors { step: number, fingerprint, lane_digests, partial, lineage, microbatches })
     }
-    Ok(StepTensors { step: number, fingerprint, lane_digests, partial, lineage, microbatches })
 }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use zephon::operator::columns;
 use zephon::{Spec, Value};
 
 use crate::CliError;
@@ -69,7 +70,7 @@ pub fn inspect(args: &InspectArgs) -> Result<(), CliError> {
                     let Some(f) = frag else { continue };
                     let d = f.sample.dataset as usize;
                     let name = names.get(d).map_or("?", String::as_str);
-                    let source = match a.get("source") {
+                    let source = match a.get(columns::IMAGE_SOURCE) {
                         Some(Value::Str(s)) => s.to_string(),
                         _ => "?".into(),
                     };

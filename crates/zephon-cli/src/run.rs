@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use zephon::lane_core::{Digest, HashLogLine, Lane, RankEnv, checkpoint, lane_digest};
+use zephon::operator::columns;
 use zephon::{LocalStep, Spec, Topology, Value};
 
 use crate::CliError;
@@ -246,8 +247,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     };
     let progress = crate::progress::Progress::new(!args.quiet, target.map(|t| t - first_step));
     let mut report = RunReport { first_step, ..RunReport::default() };
-    let mut shares =
-        ShareTracker::new(loader.dataset_names(), loader.share_schedule().cloned(), bound);
+    let mut shares = ShareTracker::new(loader.dataset_names(), loader.share_schedule().cloned(), bound);
     let mut first_batch: Option<(Instant, u64)> = None;
     let result = (|| -> Result<(), CliError> {
         while target.is_none_or(|t| loader.position().0 < t) {
@@ -262,7 +262,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
             shares.step(&step);
             report.images += step
                 .rows()
-                .map(|r| r.attachments().iter().filter(|a| a.kind().as_str() == "image").count() as u64)
+                .map(|r| r.attachments().iter().filter(|a| a.kind().as_str() == columns::IMAGE).count() as u64)
                 .sum::<u64>();
             report.steps += 1;
             if let Some(log) = &mut log {

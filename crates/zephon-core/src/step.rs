@@ -3,6 +3,7 @@
 
 use crate::batch::Batch;
 use crate::error::{Error, Result};
+use crate::snapshot::Snapshot;
 use crate::topology::Topology;
 use zephon_operator::{Digest, Hasher, Lane, Record, Step};
 
@@ -36,7 +37,7 @@ pub struct LaneStep {
     /// first call of [`LaneStep::digest`].
     pub(crate) digest: LaneDigest,
     /// The lane's state right after this step, if a snapshot was taken for it.
-    pub(crate) state: Option<crate::engine::Snapshot>,
+    pub(crate) state: Option<Snapshot>,
 }
 
 impl LaneStep {

@@ -8,17 +8,10 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::sync::Arc;
 
+use zephon_core::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
 use zephon_core::{Attachment, Buffer, Field, OpError, Record, Value};
 
 use crate::shard::open_regular;
-
-/// The attachment kind images are read as.
-pub const IMAGE_KIND: &str = zephon_core::columns::IMAGE;
-/// The attachment value holding an image's encoded bytes ([`Value::Bytes`]).
-pub const IMAGE_BYTES: &str = zephon_core::columns::IMAGE_BYTES;
-/// The attachment value saying where an image came from ([`Value::Str`]): a Parquet `path`,
-/// a JSONL path as written, a tar member name.
-pub const IMAGE_SOURCE: &str = zephon_core::columns::IMAGE_SOURCE;
 
 /// One image of a row: its encoded bytes and where it came from.
 pub(crate) struct Image {
@@ -35,7 +28,7 @@ pub(crate) struct ImageHandles {
 
 impl ImageHandles {
     pub(crate) fn new() -> Self {
-        ImageHandles { kind: Field::new(IMAGE_KIND), bytes: Field::new(IMAGE_BYTES), source: Field::new(IMAGE_SOURCE) }
+        ImageHandles { kind: Field::new(IMAGE), bytes: Field::new(IMAGE_BYTES), source: Field::new(IMAGE_SOURCE) }
     }
 
     /// Attaches `images` to `record`, unplaced, numbered from 0 in the given order.

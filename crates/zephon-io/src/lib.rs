@@ -10,7 +10,7 @@
 //!
 //! **Images** (vision-language data) come from an HF image column, from paths in a JSONL
 //! field, or from tar members, as [`Fields::images`] says. Each becomes an unplaced
-//! attachment of kind [`IMAGE_KIND`] carrying the encoded file ([`IMAGE_BYTES`]) and where it
+//! attachment of kind [`IMAGE`] carrying the encoded file ([`IMAGE_BYTES`]) and where it
 //! came from ([`IMAGE_SOURCE`]); a tokenizer places it, a vision operator decodes it. A row
 //! re-read from its id yields the same images, so pixels never need to enter a checkpoint.
 //!
@@ -51,11 +51,13 @@ use std::sync::Arc;
 
 pub use error::{Error, Result};
 pub use fields::Fields;
-pub use images::{IMAGE_BYTES, IMAGE_KIND, IMAGE_SOURCE};
 pub use jsonl::JsonlDataset;
 #[cfg(feature = "parquet")]
 pub use parquet::ParquetDataset;
 pub use webdataset::{KEY_FIELD, TarDataset};
+/// The names of image attachments and their values, as the vision operator reads them (one
+/// list for every crate: [`zephon_core::columns`]).
+pub use zephon_core::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
 pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, SampleId};
 
 /// How to open a dataset.

@@ -44,9 +44,14 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// What happens to a document (or piece) longer than `seq_len`.
+/// What the packer does with a document (or piece) longer than a row, `seq_len` tokens.
+///
+/// This is the packer's own setting, at its own limit. It is not the tokenizer's long-document
+/// policy (`zephon_text::LongDocuments`), which cuts documents at any `max_tokens` into
+/// records of their own as they are tokenized, or keeps them whole; whatever reaches the packer
+/// still longer than a row is cut here. The packer has no "keep": a row holds `seq_len` tokens.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub enum LongDocs {
+pub enum LongerThanRow {
     /// Cut it into `seq_len`-sized pieces (the last one shorter), placed independently. For
     /// [`Algorithm::Wrap`] this is what concatenate-and-chunk does anyway.
     #[default]
@@ -56,11 +61,11 @@ pub enum LongDocs {
     Truncate,
 }
 
-impl fmt::Display for LongDocs {
+impl fmt::Display for LongerThanRow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            LongDocs::Split => "split",
-            LongDocs::Truncate => "truncate",
+            LongerThanRow::Split => "split",
+            LongerThanRow::Truncate => "truncate",
         })
     }
 }
@@ -97,10 +102,10 @@ impl fmt::Display for EndOfData {
 /// struct update syntax; [`crate::Pack::new`] checks it.
 ///
 /// ```
-/// use zephon_pack::{Algorithm, LongDocs, Pack, PackOptions};
+/// use zephon_pack::{Algorithm, LongerThanRow, Pack, PackOptions};
 /// let config = PackOptions {
 ///     max_segments: 32,
-///     long: LongDocs::Truncate,
+///     longer_than_row: LongerThanRow::Truncate,
 ///     pad_id: 50256,
 ///     ..PackOptions::new(Algorithm::BestFit { bins: 64 }, 2048)
 /// };
@@ -117,8 +122,8 @@ pub struct PackOptions {
     /// The most documents (segments) in one row, S (1 ≤ S ≤ T). `cu_seqlens` has S + 2
     /// elements so that rows stack into a batch.
     pub max_segments: usize,
-    /// What happens to a document longer than T.
-    pub long: LongDocs,
+    /// What happens to a document longer than a row (T tokens).
+    pub longer_than_row: LongerThanRow,
     /// The token id written into padding.
     pub pad_id: u32,
     /// The label of positions that have no next token in their segment (negative).
@@ -156,7 +161,7 @@ impl PackOptions {
             algorithm,
             seq_len,
             max_segments: (seq_len / DEFAULT_TOKENS_PER_SEGMENT).max(1),
-            long: LongDocs::Split,
+            longer_than_row: LongerThanRow::Split,
             pad_id: 0,
             ignore_index: DEFAULT_IGNORE_INDEX,
             input_field: "tokens".into(),
@@ -207,7 +212,7 @@ impl PackOptions {
             .set("bins", bins)
             .set("seq_len", self.seq_len)
             .set("max_segments", self.max_segments)
-            .set("long", self.long.to_string())
+            .set("long", self.longer_than_row.to_string())
             .set("pad_id", self.pad_id)
             .set("ignore_index", self.ignore_index)
             .set("input_field", self.input_field.as_str());
@@ -259,7 +264,7 @@ mod tests {
             PackOptions { algorithm: Algorithm::BestFit { bins: 5 }, ..base.clone() },
             PackOptions { seq_len: 17, ..base.clone() },
             PackOptions { max_segments: 3, ..base.clone() },
-            PackOptions { long: LongDocs::Truncate, ..base.clone() },
+            PackOptions { longer_than_row: LongerThanRow::Truncate, ..base.clone() },
             PackOptions { pad_id: 1, ..base.clone() },
             PackOptions { ignore_index: -1, ..base.clone() },
             PackOptions { input_field: "ids".into(), ..base.clone() },

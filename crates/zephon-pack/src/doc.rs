@@ -2,7 +2,7 @@
 
 use zephon_operator::{Attachment, Buffer, Fragment, Record, Value, slice_attachments};
 
-use crate::config::LongDocs;
+use crate::config::LongerThanRow;
 use crate::error::PackError;
 
 /// A tokenized document (or a piece of one), checked: one fragment spanning exactly its
@@ -105,7 +105,7 @@ impl Piece {
 /// long-document policy. Split cuts every T tokens, moving a cut back to the start of an atomic
 /// attachment it would fall inside; truncate keeps the first piece only. An atomic attachment
 /// longer than T is an error: no row can hold it whole.
-pub(crate) fn pieces(piece: Piece, seq_len: usize, long: LongDocs) -> Result<Vec<Piece>, PackError> {
+pub(crate) fn pieces(piece: Piece, seq_len: usize, long: LongerThanRow) -> Result<Vec<Piece>, PackError> {
     let n = piece.len();
     if n <= seq_len {
         return Ok(vec![piece]);
@@ -121,7 +121,7 @@ pub(crate) fn pieces(piece: Piece, seq_len: usize, long: LongDocs) -> Result<Vec
             }
         }
         out.push(piece.cut(at, end)?);
-        if long == LongDocs::Truncate {
+        if long == LongerThanRow::Truncate {
             break;
         }
         at = end;
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn pieces_split_and_truncate_without_copying() {
         let doc = piece(frag(10, 17), (0..7).collect());
-        let got: Vec<_> = pieces(doc.clone(), 3, LongDocs::Split)
+        let got: Vec<_> = pieces(doc.clone(), 3, LongerThanRow::Split)
             .unwrap()
             .into_iter()
             .map(|p| {
@@ -204,7 +204,7 @@ mod tests {
             })
             .collect();
         assert_eq!(got, vec![(frag(10, 13), vec![0, 1, 2]), (frag(13, 16), vec![3, 4, 5]), (frag(16, 17), vec![6])]);
-        let got = pieces(doc, 3, LongDocs::Truncate).unwrap();
+        let got = pieces(doc, 3, LongerThanRow::Truncate).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].fragment, got[0].tokens.to_vec()), (frag(10, 13), vec![0, 1, 2]));
     }
@@ -214,12 +214,12 @@ mod tests {
         let mut doc = piece(frag(0, 10), (0..10).collect());
         doc.attachments.push(Attachment::new(&"image".into(), 0).placed(Span::at(2, 3).unwrap(), true));
         doc.attachments.push(Attachment::new(&"image".into(), 1).placed(Span::at(7, 2).unwrap(), true));
-        let got = pieces(doc.clone(), 4, LongDocs::Split).unwrap();
+        let got = pieces(doc.clone(), 4, LongerThanRow::Split).unwrap();
         let ends: Vec<_> = got.iter().map(|p| p.fragment.positions().unwrap().end()).collect();
         assert_eq!(ends, vec![2, 6, 10], "cuts at 4 and 8 fall inside images, so they move back");
         assert_eq!(got[1].attachments[0].span(), Span::at(0, 3));
         assert_eq!(got[2].attachments[0].span(), Span::at(1, 2));
-        let e = pieces(doc, 2, LongDocs::Split).unwrap_err().to_string();
+        let e = pieces(doc, 2, LongerThanRow::Split).unwrap_err().to_string();
         assert!(e.contains("image #0 of 3 tokens cannot fit a row of 2"), "{e}");
     }
 }

@@ -82,7 +82,7 @@ impl Accumulator for FitAcc {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
         let before = out.len();
-        for piece in pieces(doc, self.config.seq_len, self.config.long)? {
+        for piece in pieces(doc, self.config.seq_len, self.config.longer_than_row)? {
             self.place(piece, out)?;
         }
         let emitted = (out.len() - before) as u64;

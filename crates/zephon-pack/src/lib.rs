@@ -3,8 +3,9 @@
 //!
 //! [`Pack`] is one operator with three algorithms ([`Algorithm`]): concatenate-and-chunk
 //! (`Wrap`), and `FirstFit` / `BestFit` over a bounded number of open rows per lane. Documents
-//! longer than a row are split or truncated ([`LongDocs`]). Every row has the same shape, so
-//! rows stack into a batch (T = `seq_len`, S = `max_segments`, k segments in the row):
+//! longer than a row are split or truncated ([`LongerThanRow`]; the tokenizer may have cut them
+//! before, at a limit of its own). Every row has the same shape, so rows stack into a batch
+//! (T = `seq_len`, S = `max_segments`, k segments in the row):
 //!
 //! | field | value | content |
 //! |---|---|---|
@@ -76,7 +77,7 @@ use std::sync::Arc;
 
 use zephon_operator::{Accumulator, Assembly, LaneContext, Offer, OpError, Operator, OperatorKind};
 
-pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongDocs, PackOptions};
+pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongerThanRow, PackOptions};
 pub use error::PackError;
 pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS};
 
@@ -134,9 +135,9 @@ impl Operator for Pack {
 
     fn offer(&self) -> Offer {
         let offer = Offer::none().with_held_positions(self.holds_positions());
-        match self.config.long {
-            LongDocs::Truncate => offer.with_truncation(self.config.seq_len as u64),
-            LongDocs::Split => offer,
+        match self.config.longer_than_row {
+            LongerThanRow::Truncate => offer.with_truncation(self.config.seq_len as u64),
+            LongerThanRow::Split => offer,
         }
     }
 
@@ -177,9 +178,9 @@ impl Operator for Pack {
             }
             Algorithm::BestFit { bins } => (format!("best-fit over {bins} open rows"), format!("{bins} partial rows")),
         };
-        let long = match c.long {
-            LongDocs::Split => "longer documents split",
-            LongDocs::Truncate => "longer documents truncated",
+        let long = match c.longer_than_row {
+            LongerThanRow::Split => "longer documents split",
+            LongerThanRow::Truncate => "longer documents truncated",
         };
         let mut end = match (c.algorithm, c.end_of_data) {
             (Algorithm::Wrap, _) | (_, EndOfData::KeepPieces) => String::new(),

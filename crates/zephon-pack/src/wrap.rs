@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use zephon_operator::{Accumulator, AccumulatorState, Lineage, OpError, RebuildInput, Record};
 
-use crate::config::{LongDocs, PackOptions};
+use crate::config::{LongerThanRow, PackOptions};
 use crate::doc::{Piece, read_piece, too_long};
 use crate::error::PackError;
 use crate::row::{self, OpenRow};
@@ -69,9 +69,9 @@ fn emit(row: &mut OpenRow, config: &PackOptions, out: &mut Vec<Record>) -> Resul
 impl Accumulator for WrapAcc {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
-        let keep = match self.config.long {
-            LongDocs::Split => doc.len(),
-            LongDocs::Truncate => doc.safe_cut(doc.len().min(self.config.seq_len)),
+        let keep = match self.config.longer_than_row {
+            LongerThanRow::Split => doc.len(),
+            LongerThanRow::Truncate => doc.safe_cut(doc.len().min(self.config.seq_len)),
         };
         lay(&mut self.row, &doc, keep, &self.config, out)?;
         Ok(())

@@ -81,7 +81,7 @@ impl AddedTokens {
     ) -> Result<bool, E> {
         self.pass(self.raw.as_ref(), text, special, &mut |seg| match seg {
             Segment::Text(gap) => {
-                let gap = if nfc { crate::bpe::nfc(gap) } else { Cow::Borrowed(gap) };
+                let gap = if nfc { crate::nfc::nfc(gap) } else { Cow::Borrowed(gap) };
                 self.pass(self.normalized.as_ref(), &gap, special, f)
             }
             token => f(token),

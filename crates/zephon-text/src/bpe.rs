@@ -34,6 +34,7 @@ use serde_json::Value as Json;
 
 use crate::added::{Added, AddedTokens, Segment};
 use crate::merge_table::MergeTable;
+use crate::nfc::nfc;
 use crate::piece_cache::{self, PieceCache};
 use crate::pretok::Gpt2;
 use crate::split::RegexSplit;
@@ -200,16 +201,6 @@ pub(crate) fn describe(node: &Json) -> String {
 fn no_normalizer(node: &Json) -> bool {
     node.is_null()
         || (node["type"] == "Sequence" && node["normalizers"].as_array().is_some_and(|l| l.iter().all(no_normalizer)))
-}
-
-/// `text` in Unicode NFC, as `tokenizers`' `NFC` normalizer computes it.
-pub(crate) fn nfc(text: &str) -> Cow<'_, str> {
-    use unicode_normalization_alignments::{IsNormalized, UnicodeNormalization, is_nfc_quick};
-    // ASCII and most text is NFC already: checked without allocating.
-    if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
-        return Cow::Borrowed(text);
-    }
-    Cow::Owned(text.nfc().map(|(c, _)| c).collect())
 }
 
 /// The fast path for a tokenizer.json, or the setting that keeps it off the fast path (for

@@ -36,6 +36,7 @@ mod added;
 mod bpe;
 mod checked_encoder;
 mod merge_table;
+mod nfc;
 mod piece_cache;
 mod pretok;
 mod pretokenized;

@@ -7,10 +7,16 @@ use zephon_operator::{
 
 use crate::tokenizer::{Error, Tokenizer};
 
-/// What to do with a document longer than a limit.
+/// What tokenize does with a document longer than `max_tokens`, as it tokenizes it.
+///
+/// Cutting here, rather than only in the packer, makes each piece a record of its own with its
+/// own token range: a packer, a shuffle or `ensure_mixture` then moves pieces of a bounded size,
+/// and a restore re-tokenizes a piece's prefix, never the whole document. A packer has its own
+/// setting at its own limit, the row length (`zephon_pack::LongerThanRow`), for what still
+/// arrives longer than a row; with `Keep` that is every long document.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LongDocuments {
-    /// Keep it whole (packers downstream split it).
+    /// Keep it whole (a packer downstream cuts it at its row length).
     Keep,
     /// Cut it into pieces of at most `max_tokens`, each its own record (lineage ranges
     /// `0..m`, `m..2m`, ...).

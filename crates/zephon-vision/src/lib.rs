@@ -69,8 +69,9 @@ pub use error::{ErrorKind, Format, Result, VisionError};
 pub use half;
 pub use image::{PixelLimit, RgbImage};
 pub use jpeg::JpegBackend;
-/// Attachment value names the readers and this crate share.
-pub use op::BYTES;
-pub use op::{IMAGE_GRID_THW, IMAGE_TOKENS, ImageTokens, Images, ImagesOptions, PIXEL_VALUES, PixelLayout, SOURCE};
+/// The image attachment's kind and value names, from the one list the readers, the tokenizer
+/// and the sinks share (`zephon_operator::columns`).
+pub use op::{IMAGE, IMAGE_BYTES, IMAGE_GRID_THW, IMAGE_SOURCE, IMAGE_TOKENS, PIXEL_VALUES};
+pub use op::{ImageTokens, Images, ImagesOptions, PixelLayout};
 pub use orientation::Orientation;
 pub use smart::{SmartResize, smart_resize};

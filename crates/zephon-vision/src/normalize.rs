@@ -9,6 +9,8 @@
 use crate::error::{Result, VisionError};
 use crate::image::RgbImage;
 
+use zephon_operator::{DType, Element};
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
@@ -16,29 +18,29 @@ mod sealed {
     impl Sealed for half::f16 {}
 }
 
-/// The element types of normalised pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    /// IEEE binary32.
-    F32,
-    /// bfloat16 (round to nearest even from f32, as `tensor.to(torch.bfloat16)`).
-    Bf16,
-    /// IEEE binary16 (round to nearest even from f32).
-    F16,
+/// The dtypes normalised pixels can be, in the interface's one vocabulary ([`DType`]):
+/// f32, bf16 and f16. Normalised values are fractions, so the integer dtypes would lose them,
+/// and f64 would only widen values that are computed in f32 (as HF's processors compute them).
+pub const PIXEL_DTYPES: [DType; 3] = [DType::F32, DType::BF16, DType::F16];
+
+/// The error for a dtype normalised pixels cannot be (one not in [`PIXEL_DTYPES`]).
+pub(crate) fn not_a_pixel_dtype(dtype: DType) -> VisionError {
+    VisionError::invalid(format!(
+        "normalised pixels can be f32, bf16 or f16, not {dtype} (they are fractions, computed in f32)"
+    ))
 }
 
-/// An output element: f32, [`half::bf16`] or [`half::f16`].
-pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
-    /// The dtype tag.
-    const DTYPE: Dtype;
+/// An [`Element`] normalised pixels can be written as (f32, [`half::bf16`] or [`half::f16`]):
+/// the interface's element trait plus the rounding from f32 that the lookup tables need. Its
+/// dtype is [`Element::DTYPE`], one of [`PIXEL_DTYPES`].
+pub trait FloatElement: Element + Default + sealed::Sealed {
     /// Rounds an f32 to this type (nearest, ties to even).
     fn from_f32(v: f32) -> Self;
     /// Widens to f32 (exact).
     fn to_f32(self) -> f32;
 }
 
-impl Element for f32 {
-    const DTYPE: Dtype = Dtype::F32;
+impl FloatElement for f32 {
     fn from_f32(v: f32) -> Self {
         v
     }
@@ -47,8 +49,8 @@ impl Element for f32 {
     }
 }
 
-impl Element for half::bf16 {
-    const DTYPE: Dtype = Dtype::Bf16;
+/// bfloat16, rounded to nearest even from f32, as `tensor.to(torch.bfloat16)`.
+impl FloatElement for half::bf16 {
     fn from_f32(v: f32) -> Self {
         half::bf16::from_f32(v)
     }
@@ -57,8 +59,8 @@ impl Element for half::bf16 {
     }
 }
 
-impl Element for half::f16 {
-    const DTYPE: Dtype = Dtype::F16;
+/// IEEE binary16, rounded to nearest even from f32.
+impl FloatElement for half::f16 {
     fn from_f32(v: f32) -> Self {
         half::f16::from_f32(v)
     }
@@ -130,7 +132,7 @@ impl Normalize {
     }
 
     /// The lookup table for output type `T`.
-    pub fn table<T: Element>(&self) -> Table<T> {
+    pub fn table<T: FloatElement>(&self) -> Table<T> {
         let mut t = [[T::default(); 256]; 3];
         for (c, row) in t.iter_mut().enumerate() {
             for (v, slot) in row.iter_mut().enumerate() {
@@ -142,7 +144,7 @@ impl Normalize {
 
     /// The image as `[3, H, W]` (channel planes), the layout of `pixel_values` for a fixed-size
     /// encoder (CLIP, SigLIP).
-    pub fn to_chw<T: Element>(&self, img: &RgbImage) -> Vec<T> {
+    pub fn to_chw<T: FloatElement>(&self, img: &RgbImage) -> Vec<T> {
         let t = self.table::<T>();
         let plane = img.width() as usize * img.height() as usize;
         let mut out = vec![T::default(); plane * 3];
@@ -157,7 +159,7 @@ impl Normalize {
     }
 
     /// The image as `[H, W, 3]` (interleaved, the byte layout of [`RgbImage`]).
-    pub fn to_hwc<T: Element>(&self, img: &RgbImage) -> Vec<T> {
+    pub fn to_hwc<T: FloatElement>(&self, img: &RgbImage) -> Vec<T> {
         let t = self.table::<T>();
         img.as_raw().chunks_exact(3).flat_map(|p| [t.get(0, p[0]), t.get(1, p[1]), t.get(2, p[2])]).collect()
     }
@@ -165,9 +167,9 @@ impl Normalize {
 
 /// A per-channel lookup table from byte values to normalised `T`.
 #[derive(Clone)]
-pub struct Table<T: Element>(Box<[[T; 256]; 3]>);
+pub struct Table<T: FloatElement>(Box<[[T; 256]; 3]>);
 
-impl<T: Element> Table<T> {
+impl<T: FloatElement> Table<T> {
     /// The value for byte `v` of channel `c` (0, 1, 2; larger values read channel 2).
     #[inline]
     pub fn get(&self, c: usize, v: u8) -> T {
@@ -185,18 +187,7 @@ impl Normalize {
     }
 }
 
-impl Dtype {
-    /// The element type's name in fingerprints.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-            Dtype::F16 => "f16",
-        }
-    }
-}
-
-impl<T: Element> std::fmt::Debug for Table<T> {
+impl<T: FloatElement> std::fmt::Debug for Table<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Table(3 × 256 entries)")
     }

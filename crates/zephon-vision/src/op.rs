@@ -7,20 +7,18 @@ use std::fmt;
 use std::sync::Arc;
 
 use zephon_operator::{
-    Array, Attachment, Field, OpError, Operator, Record, RngKey, SampleId, Settings, SettingsValue, Shape, Value,
+    Array, Attachment, DType, Field, OpError, Operator, Record, RngKey, SampleId, Settings, SettingsValue, Shape, Value,
 };
 
 use crate::augment::{RandomFlip, RandomResizedCrop};
 use crate::decode::{DecodeOptions, decode};
 use crate::error::{Result, VisionError};
 use crate::image::RgbImage;
-use crate::normalize::{Dtype, Element, Normalize};
+use crate::normalize::{FloatElement, Normalize, PIXEL_DTYPES, not_a_pixel_dtype};
 use crate::patch::{Patches, QwenPatching, qwen2_vl_patches, vit_patches};
 use crate::resize::{ReducingGap, ResizeSpec, decode_resized};
 
-pub use zephon_operator::columns::{
-    IMAGE_BYTES as BYTES, IMAGE_GRID_THW, IMAGE_SOURCE as SOURCE, IMAGE_TOKENS, PIXEL_VALUES,
-};
+pub use zephon_operator::columns::{IMAGE, IMAGE_BYTES, IMAGE_GRID_THW, IMAGE_SOURCE, IMAGE_TOKENS, PIXEL_VALUES};
 
 /// How pixels are laid out in `pixel_values`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -64,8 +62,9 @@ pub struct ImagesOptions {
     pub flip: Option<RandomFlip>,
     /// Rescale and mean/std per channel.
     pub normalize: Normalize,
-    /// Element type of `pixel_values`.
-    pub dtype: Dtype,
+    /// Element type of `pixel_values`: f32, bf16 or f16 ([`PIXEL_DTYPES`]); [`Images::new`]
+    /// refuses the others.
+    pub dtype: DType,
     /// Layout of `pixel_values`.
     pub layout: PixelLayout,
     /// Placeholder tokens per image.
@@ -79,14 +78,14 @@ impl ImagesOptions {
     /// f32, no augmentation.
     pub fn llava(seed: u64) -> Result<Self> {
         Ok(ImagesOptions {
-            kind: "image".into(),
+            kind: IMAGE.into(),
             decode: DecodeOptions::new(),
             resize: ResizeSpec::fixed(336, 336, crate::resize::Fit::CenterCrop)?,
             reduced_decode: None,
             crop: None,
             flip: None,
             normalize: Normalize::CLIP,
-            dtype: Dtype::F32,
+            dtype: DType::F32,
             layout: PixelLayout::Vit { patch: 14 },
             tokens: ImageTokens::FromPatches,
             seed,
@@ -97,14 +96,14 @@ impl ImagesOptions {
     /// normalisation, Qwen2-VL patches, one token per 2×2 merged patches, bf16.
     pub fn qwen2_vl(seed: u64) -> Self {
         ImagesOptions {
-            kind: "image".into(),
+            kind: IMAGE.into(),
             decode: DecodeOptions::new(),
             resize: ResizeSpec::smart(crate::SmartResize::QWEN2_VL).with_filter(crate::resize::Filter::Bicubic),
             reduced_decode: None,
             crop: None,
             flip: None,
             normalize: Normalize::CLIP,
-            dtype: Dtype::Bf16,
+            dtype: DType::BF16,
             layout: PixelLayout::Qwen2Vl(QwenPatching::QWEN2_VL),
             tokens: ImageTokens::FromPatches,
             seed,
@@ -114,6 +113,9 @@ impl ImagesOptions {
     fn check(&self) -> Result<()> {
         if self.kind.is_empty() {
             return Err(VisionError::invalid("the attachment kind is empty"));
+        }
+        if !PIXEL_DTYPES.contains(&self.dtype) {
+            return Err(not_a_pixel_dtype(self.dtype));
         }
         match (self.layout, self.tokens) {
             (_, ImageTokens::Fixed(0)) => Err(VisionError::invalid("an image needs at least 1 token")),
@@ -127,7 +129,7 @@ impl ImagesOptions {
 }
 
 /// The image operator (stateless): for each attachment of the configured kind carrying
-/// [`BYTES`], decodes (EXIF orientation, pixel limit, truncation checks), optionally augments
+/// [`IMAGE_BYTES`], decodes (EXIF orientation, pixel limit, truncation checks), optionally augments
 /// (random resized crop, flip, drawn from `(seed, sample id, image index)` so every topology and
 /// restore sees the same pixels), resizes, normalises and lays out the pixels, and sets
 /// [`PIXEL_VALUES`], [`IMAGE_GRID_THW`] and [`IMAGE_TOKENS`], removing the bytes.
@@ -156,12 +158,14 @@ impl Images {
 
     fn one(&self, sample: SampleId, a: &mut Attachment) -> Result<()> {
         let c = &*self.config;
-        let bytes = match a.take(BYTES) {
+        let bytes = match a.take(IMAGE_BYTES) {
             Some(Value::Bytes(b)) => b,
-            Some(other) => return Err(VisionError::invalid(format!("its {BYTES:?} value is {}", other.describe()))),
+            Some(other) => {
+                return Err(VisionError::invalid(format!("its {IMAGE_BYTES:?} value is {}", other.describe())));
+            }
             None => {
                 return Err(VisionError::invalid(format!(
-                    "it has no {BYTES:?} value (read it with a dataset that yields images)"
+                    "it has no {IMAGE_BYTES:?} value (read it with a dataset that yields images)"
                 )));
             }
         };
@@ -191,9 +195,11 @@ impl Images {
         };
         drop(bytes);
         let (pixels, grid, tokens) = match c.dtype {
-            Dtype::F32 => self.lay_out::<f32>(&img)?,
-            Dtype::Bf16 => self.lay_out::<half::bf16>(&img)?,
-            Dtype::F16 => self.lay_out::<half::f16>(&img)?,
+            DType::F32 => self.lay_out::<f32>(&img)?,
+            DType::BF16 => self.lay_out::<half::bf16>(&img)?,
+            DType::F16 => self.lay_out::<half::f16>(&img)?,
+            // `Images::new` refused it already; an error all the same, never a panic.
+            other => return Err(not_a_pixel_dtype(other)),
         };
         a.set(&Field::new(PIXEL_VALUES), Value::Array(pixels));
         a.set(&Field::new(IMAGE_GRID_THW), Value::Array(Array::from_vec(grid.to_vec())));
@@ -202,7 +208,7 @@ impl Images {
     }
 
     /// `pixel_values`, the grid and the token count of a resized image.
-    fn lay_out<T: Element + zephon_operator::Element>(&self, img: &RgbImage) -> Result<(Array, [i64; 3], u32)> {
+    fn lay_out<T: FloatElement>(&self, img: &RgbImage) -> Result<(Array, [i64; 3], u32)> {
         let c = &*self.config;
         let patches = |p: Patches<T>, per_token: u32| -> Result<(Array, [i64; 3], u32)> {
             let shape = p.shape();
@@ -263,7 +269,7 @@ impl Operator for Images {
             .set("crop", c.crop.map(|x| x.settings()))
             .set("flip", c.flip.map(|x| x.settings()))
             .set("normalize", c.normalize.settings())
-            .set("dtype", c.dtype.as_str())
+            .set("dtype", c.dtype.name())
             .set("layout", layout)
             .set("tokens", tokens)
             .set("seed", c.seed)
@@ -272,7 +278,7 @@ impl Operator for Images {
     fn describe(&self) -> String {
         let c = &*self.config;
         format!(
-            "decode ({} backend{}), resize {:?}{}{}, normalise {:?}, {:?} {:?}, {} tokens per image",
+            "decode ({} backend{}), resize {:?}{}{}, normalise {:?}, {} {:?}, {} tokens per image",
             c.decode.backend().name(),
             if c.reduced_decode.is_some() { ", reduced-scale decode" } else { "" },
             c.resize,
@@ -294,7 +300,7 @@ impl Operator for Images {
             .first_sample()
             .ok_or_else(|| OpError::Fatal("images expects records read from storage".into()))?;
         for a in record.attachments_mut().filter(|a| a.kind() == &self.kind) {
-            let source = match a.get(SOURCE) {
+            let source = match a.get(IMAGE_SOURCE) {
                 Some(Value::Str(s)) => format!(" ({s})"),
                 _ => String::new(),
             };
@@ -312,6 +318,22 @@ impl fmt::Display for PixelLayout {
             PixelLayout::Chw => f.write_str("chw"),
             PixelLayout::Vit { patch } => write!(f, "vit patch {patch}"),
             PixelLayout::Qwen2Vl(g) => write!(f, "qwen2-vl patch {} merge {}", g.patch(), g.merge()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pixel_values_are_floats() {
+        for dtype in PIXEL_DTYPES {
+            assert!(Images::new(ImagesOptions { dtype, ..ImagesOptions::qwen2_vl(0) }).is_ok(), "{dtype}");
+        }
+        for dtype in [DType::U8, DType::I32, DType::U32, DType::I64, DType::F64] {
+            let e = Images::new(ImagesOptions { dtype, ..ImagesOptions::qwen2_vl(0) }).unwrap_err().to_string();
+            assert!(e.contains("f32, bf16 or f16") && e.contains(&format!("not {dtype}")), "{e}");
         }
     }
 }

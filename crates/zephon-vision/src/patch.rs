@@ -22,7 +22,7 @@
 
 use crate::error::{Result, VisionError};
 use crate::image::RgbImage;
-use crate::normalize::{Element, Normalize};
+use crate::normalize::{FloatElement, Normalize};
 
 /// Which layout a [`Patches`] is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,7 +96,7 @@ pub struct Patches<T> {
     layout: Layout,
 }
 
-impl<T: Element> Patches<T> {
+impl<T: FloatElement> Patches<T> {
     /// The elements, row-major.
     pub fn data(&self) -> &[T] {
         &self.data
@@ -169,7 +169,7 @@ impl<T: Element> Patches<T> {
 }
 
 /// Plain ViT patches (layout in the module docs); both sides must be multiples of `patch`.
-pub fn vit_patches<T: Element>(img: &RgbImage, patch: u32, norm: &Normalize) -> Result<Patches<T>> {
+pub fn vit_patches<T: FloatElement>(img: &RgbImage, patch: u32, norm: &Normalize) -> Result<Patches<T>> {
     if patch == 0 {
         return Err(VisionError::invalid("patch size 0"));
     }
@@ -199,13 +199,17 @@ pub fn vit_patches<T: Element>(img: &RgbImage, patch: u32, norm: &Normalize) -> 
 }
 
 /// Qwen2-VL patches of one still image (repeated to `temporal` frames, as the processor does).
-pub fn qwen2_vl_patches<T: Element>(img: &RgbImage, geometry: QwenPatching, norm: &Normalize) -> Result<Patches<T>> {
+pub fn qwen2_vl_patches<T: FloatElement>(
+    img: &RgbImage,
+    geometry: QwenPatching,
+    norm: &Normalize,
+) -> Result<Patches<T>> {
     qwen2_vl_video_patches(std::slice::from_ref(img), geometry, norm)
 }
 
 /// Qwen2-VL patches of a clip: frames of one size, padded with the last frame to a multiple of
 /// the temporal patch.
-pub fn qwen2_vl_video_patches<T: Element>(
+pub fn qwen2_vl_video_patches<T: FloatElement>(
     frames: &[RgbImage],
     geometry: QwenPatching,
     norm: &Normalize,

@@ -28,12 +28,12 @@ use std::thread::JoinHandle;
 use crate::checkpoint::{self, LaneState, LaneStreams, Loaded, RunFingerprint, Skips, SplitCheckpoint};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::snapshot::Snapshot;
 use crate::source::WorkSource;
 use crate::step::{LaneDigest, LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;
 use zephon_operator::{Lane, LaneContext, Record, Step};
 
-pub(crate) use lane::Snapshot;
 use lane::{LaneRun, LaneSetup};
 use schedule::{Dispatch, Inbox, LaneProgress, Output, Sched, Shared, Slot, lock};
 

@@ -7,12 +7,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::checkpoint::Cursor;
 use crate::error::Error;
 use crate::plan::Plan;
+use crate::snapshot::Snapshot;
 use crate::source::{Chunk, Datasets, WorkSource};
 use crate::step::LaneStep;
 use crate::topology::Topology;
 use zephon_operator::Lane;
 
-use super::lane::{LaneRun, Progress, Snapshot, SteeredChunk, UnitOutput};
+use super::lane::{LaneRun, Progress, SteeredChunk, UnitOutput};
 use super::settings::{BadRecords, ExecOptions, Tail};
 
 pub(crate) struct Shared {

@@ -12,7 +12,7 @@ use arrow_array::{ArrayRef, BinaryArray, Int32Array, ListArray, RecordBatch, Str
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field as ArrowField, Fields as ArrowFields};
 use zephon_core::{BadRecords, Dataset, Datasets, OpError, Record, SampleId, Value};
-use zephon_io::{DatasetOptions, Error, Fields, Format, IMAGE_BYTES, IMAGE_KIND, IMAGE_SOURCE, open};
+use zephon_io::{DatasetOptions, Error, Fields, Format, IMAGE, IMAGE_BYTES, IMAGE_SOURCE, open};
 
 use crate::bad_input::{run, spec_for};
 
@@ -59,7 +59,7 @@ fn images_of(r: &Record) -> Vec<(u32, Vec<u8>, String)> {
     r.attachments()
         .iter()
         .map(|a| {
-            assert_eq!(a.kind().as_str(), IMAGE_KIND);
+            assert_eq!(a.kind().as_str(), IMAGE);
             assert_eq!(a.span(), None, "unplaced until a tokenizer places it");
             let Some(Value::Bytes(b)) = a.get(IMAGE_BYTES) else { panic!("bytes: {:?}", a.get(IMAGE_BYTES)) };
             let Some(Value::Str(s)) = a.get(IMAGE_SOURCE) else { panic!("source: {:?}", a.get(IMAGE_SOURCE)) };

@@ -180,9 +180,9 @@ pub fn expected_coverage(c: &PackOptions, inputs: &[Record]) -> BTreeMap<(u64, u
     let mut want = BTreeMap::new();
     for r in inputs {
         let f = *r.lineage().as_single().unwrap();
-        let keep = match c.long {
-            LongDocs::Split => f.len(),
-            LongDocs::Truncate => f.len().min(c.seq_len as u32),
+        let keep = match c.longer_than_row {
+            LongerThanRow::Split => f.len(),
+            LongerThanRow::Truncate => f.len().min(c.seq_len as u32),
         };
         for p in f.start()..f.start() + keep {
             want.insert((f.sample.row, p), 1);
@@ -198,13 +198,13 @@ pub fn configs() -> impl Strategy<Value = PackOptions> {
         prop_oneof![Just(0usize), 1usize..7],
         any::<bool>(),
         1usize..10,
-        prop::sample::select(vec![LongDocs::Split, LongDocs::Truncate]),
+        prop::sample::select(vec![LongerThanRow::Split, LongerThanRow::Truncate]),
         0u32..3,
         prop::sample::select(vec![-100i32, -1]),
         prop::sample::select(vec![EndOfData::KeepPieces, EndOfData::FillRows]),
         any::<bool>(),
     )
-        .prop_map(|(t, bins, best, s, long, pad_id, ignore_index, end_of_data, warm_up)| {
+        .prop_map(|(t, bins, best, s, longer_than_row, pad_id, ignore_index, end_of_data, warm_up)| {
             let algorithm = match (bins, best) {
                 (0, _) => Algorithm::Wrap,
                 (b, false) => Algorithm::FirstFit { bins: b },
@@ -212,7 +212,7 @@ pub fn configs() -> impl Strategy<Value = PackOptions> {
             };
             PackOptions {
                 max_segments: s.min(t),
-                long,
+                longer_than_row,
                 pad_id,
                 ignore_index,
                 end_of_data,

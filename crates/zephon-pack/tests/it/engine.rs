@@ -17,7 +17,7 @@ fn packers() -> Vec<PackOptions> {
         PackOptions { max_segments: 4, ..PackOptions::new(Algorithm::FirstFit { bins: 3 }, 96) },
         PackOptions { max_segments: 8, ..PackOptions::new(Algorithm::BestFit { bins: 5 }, 96) },
         PackOptions {
-            long: LongDocs::Truncate,
+            longer_than_row: LongerThanRow::Truncate,
             max_segments: 8,
             ..PackOptions::new(Algorithm::BestFit { bins: 5 }, 96)
         },

@@ -149,15 +149,15 @@ fn stats(docs: &[Record]) -> (u64, usize) {
 fn report(title: &str, docs: &[Record]) -> BTreeMap<&'static str, Fill> {
     let (total, longer) = stats(docs);
     println!("\n{title}: {} documents ({longer} longer than {T}), {total} tokens", docs.len());
-    let with = |algorithm, long| PackOptions { long, ..PackOptions::new(algorithm, T) };
+    let with = |algorithm, longer_than_row| PackOptions { longer_than_row, ..PackOptions::new(algorithm, T) };
     let configs: Vec<(&'static str, PackOptions)> = vec![
-        ("wrap", with(Algorithm::Wrap, LongDocs::Split)),
-        ("first-fit 64", with(Algorithm::FirstFit { bins: 64 }, LongDocs::Split)),
-        ("best-fit 64", with(Algorithm::BestFit { bins: 64 }, LongDocs::Split)),
-        ("best-fit 256", with(Algorithm::BestFit { bins: 256 }, LongDocs::Split)),
-        ("first-fit 64 trunc", with(Algorithm::FirstFit { bins: 64 }, LongDocs::Truncate)),
-        ("best-fit 64 trunc", with(Algorithm::BestFit { bins: 64 }, LongDocs::Truncate)),
-        ("best-fit 256 trunc", with(Algorithm::BestFit { bins: 256 }, LongDocs::Truncate)),
+        ("wrap", with(Algorithm::Wrap, LongerThanRow::Split)),
+        ("first-fit 64", with(Algorithm::FirstFit { bins: 64 }, LongerThanRow::Split)),
+        ("best-fit 64", with(Algorithm::BestFit { bins: 64 }, LongerThanRow::Split)),
+        ("best-fit 256", with(Algorithm::BestFit { bins: 256 }, LongerThanRow::Split)),
+        ("first-fit 64 trunc", with(Algorithm::FirstFit { bins: 64 }, LongerThanRow::Truncate)),
+        ("best-fit 64 trunc", with(Algorithm::BestFit { bins: 64 }, LongerThanRow::Truncate)),
+        ("best-fit 256 trunc", with(Algorithm::BestFit { bins: 256 }, LongerThanRow::Truncate)),
     ];
     println!(
         "{:<20} {:>6} {:>8} {:>12} {:>10} {:>10}",

@@ -35,7 +35,7 @@ proptest! {
                 .iter()
                 .flat_map(|d| {
                     let f = *d.lineage().as_single().unwrap();
-                    let keep = if c.long == LongDocs::Truncate { f.len().min(c.seq_len as u32) } else { f.len() };
+                    let keep = if c.longer_than_row == LongerThanRow::Truncate { f.len().min(c.seq_len as u32) } else { f.len() };
                     (f.start()..f.start() + keep).map(move |p| (f.sample.row, p))
                 })
                 .collect();
@@ -69,7 +69,7 @@ proptest! {
                 let mut end = Vec::new();
                 acc.finish(&mut end).unwrap();
                 prop_assert_eq!(&rows[..before.len()], &before[..]);
-                let wrap = Pack::new(PackOptions { algorithm: Algorithm::Wrap, long: LongDocs::Split, ..c.clone() }).unwrap();
+                let wrap = Pack::new(PackOptions { algorithm: Algorithm::Wrap, longer_than_row: LongerThanRow::Split, ..c.clone() }).unwrap();
                 prop_assert_eq!(&end, &pack_all(&wrap, &held), "the end is wrap over the held pieces");
                 for row in end.iter().rev().skip(1) {
                     let full = int(row, NUM_TOKENS) as usize == c.seq_len;
@@ -104,7 +104,7 @@ fn wrap_cuts_every_t_tokens_and_ends_rows_at_max_segments() {
     assert_eq!(run(config(Algorithm::Wrap, 4, 2), &[1, 1, 1]), vec![vec![(0, 1), (1, 1)], vec![(2, 1)]]);
     // One segment a row: one document per row, split.
     assert_eq!(run(config(Algorithm::Wrap, 4, 1), &[5, 2]), vec![vec![(0, 4)], vec![(0, 1)], vec![(1, 2)]]);
-    let truncate = PackOptions { long: LongDocs::Truncate, ..config(Algorithm::Wrap, 4, 4) };
+    let truncate = PackOptions { longer_than_row: LongerThanRow::Truncate, ..config(Algorithm::Wrap, 4, 4) };
     assert_eq!(run(truncate, &[9, 2]), vec![vec![(0, 4)], vec![(1, 2)]]);
 }
 
@@ -182,7 +182,7 @@ fn full_rows_leave_at_once_and_the_fullest_makes_way() {
 fn long_documents_split_or_truncate_under_fit() {
     let split = config(Algorithm::BestFit { bins: 4 }, 4, 4);
     assert_eq!(run(split.clone(), &[10]), vec![vec![(0, 4)], vec![(0, 4)], vec![(0, 2)]]);
-    let truncate = PackOptions { long: LongDocs::Truncate, ..split };
+    let truncate = PackOptions { longer_than_row: LongerThanRow::Truncate, ..split };
     assert_eq!(run(truncate, &[10, 1]), vec![vec![(0, 4)], vec![(1, 1)]]);
 }
 

@@ -3,7 +3,7 @@
 use zephon_core::Tail;
 use zephon_io::Fields;
 use zephon_mix::{EnsureMixture, EstimateOptions, Exhaustion, Order, RowOrder, Shuffle};
-use zephon_pack::{Algorithm, EndOfData, LongDocs, Pack, PackOptions};
+use zephon_pack::{Algorithm, EndOfData, LongerThanRow, Pack, PackOptions};
 
 use super::*;
 use crate::error::{Error, Result};
@@ -160,9 +160,9 @@ impl Spec {
                 (_, Some(m)) => config.max_segments = m,
                 (_, None) => {}
             }
-            config.long = match pk.long_documents.unwrap_or(PackLongDocuments::Split) {
-                PackLongDocuments::Split => LongDocs::Split,
-                PackLongDocuments::Truncate => LongDocs::Truncate,
+            config.longer_than_row = match pk.long_documents.unwrap_or(PackLongDocuments::Split) {
+                PackLongDocuments::Split => LongerThanRow::Split,
+                PackLongDocuments::Truncate => LongerThanRow::Truncate,
             };
             let finite = self.source.exhaustion != Exhaustion::Repeat;
             config.end_of_data = match pk.end_of_data {
@@ -189,7 +189,8 @@ impl Spec {
 
     #[cfg(feature = "vision")]
     fn images_op(&self, im: &ImagesSpec) -> Result<zephon_vision::Images> {
-        use zephon_vision::normalize::{Dtype, Normalize};
+        use zephon_operator::DType;
+        use zephon_vision::normalize::Normalize;
         use zephon_vision::resize::{Filter, Fit, ResizeSpec};
         use zephon_vision::{ImageTokens, Images, ImagesOptions, JpegBackend, PixelLayout, PixelLimit, SmartResize};
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[images] {m}") };
@@ -235,9 +236,9 @@ impl Spec {
         }
         if let Some(d) = im.dtype {
             c.dtype = match d {
-                ImageDtype::F32 => Dtype::F32,
-                ImageDtype::Bf16 => Dtype::Bf16,
-                ImageDtype::F16 => Dtype::F16,
+                ImageDtype::F32 => DType::F32,
+                ImageDtype::Bf16 => DType::BF16,
+                ImageDtype::F16 => DType::F16,
             };
         }
         if let Some(l) = im.layout {

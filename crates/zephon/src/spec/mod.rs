@@ -2,7 +2,8 @@
 //!
 //! Every table refuses unknown keys: a typo is an error naming the key and line, never a
 //! silently ignored setting. Relative paths are relative to the spec file; `~` is the home
-//! directory. The operators run in a fixed order: tokenize, ensure_mixture, pack, shuffle.
+//! directory. The operators run in a fixed order: images, tokenize (or pretokenized),
+//! ensure_mixture, pack, shuffle.
 //!
 //! ```toml
 //! seed = 1234

@@ -97,8 +97,9 @@ pub struct TokenizeSpec {
     pub bos: Option<String>,
     /// Token appended to each document.
     pub eos: Option<String>,
-    /// `keep`, `split` or `truncate` (default: at the packer's row length when there is a
-    /// packer, `truncate` if the packer truncates and `split` if not; else `keep`).
+    /// What tokenize does with a document longer than `max_tokens`: `keep`, `split` or
+    /// `truncate` (default: at the packer's row length when there is a packer, `truncate` if
+    /// the packer truncates and `split` if not; else `keep`; `zephon_text::LongDocuments`).
     pub long_documents: Option<TokenizeLongDocuments>,
     /// Tokens per piece for `split` and `truncate` (default: the packer's row length).
     pub max_tokens: Option<usize>,
@@ -212,7 +213,8 @@ pub struct PackSpec {
     pub bins_total: Option<usize>,
     /// Documents per row at most.
     pub max_segments: Option<usize>,
-    /// `split` or `truncate`.
+    /// What the packer does with a document still longer than a row: `split` or `truncate`
+    /// (default `split`; [`zephon_pack::LongerThanRow`]).
     pub long_documents: Option<PackLongDocuments>,
     /// What the fit algorithms do with their open rows when finite data ends: `keep_pieces`
     /// (emit them as they are) or `fill_rows` (lay their pieces out into full rows, as `wrap`

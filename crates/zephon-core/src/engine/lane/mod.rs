@@ -19,7 +19,6 @@ use crate::engine::settings::Tail;
 mod snapshot;
 mod steer;
 
-pub(crate) use snapshot::Snapshot;
 use steer::LaneSteer;
 pub(crate) use steer::SteeredChunk;
 

@@ -1,64 +1,12 @@
-//! A lane's snapshots: its state after a step, as a checkpoint saves it, taken at input
+//! Taking a lane's snapshots: its state after a step, as a checkpoint saves it, taken at input
 //! boundaries (or where a lane pauses inside an input) and shared between the steps finalized
-//! there.
+//! there. The value itself is [`crate::snapshot::Snapshot`].
 
-use std::sync::Arc;
-
-use crate::checkpoint::{Cursor, LaneState, Skips, SteerState, TailDropped};
+use crate::checkpoint::Cursor;
+use crate::snapshot::{Snapshot, SnapshotCore};
 use crate::step::LaneStep;
-use zephon_operator::{AccumulatorState, Lane, Lineage};
 
 use super::LaneRun;
-
-/// A lane's state right after one step, as a checkpoint saves it.
-///
-/// Snapshots taken at one input boundary share one core (accumulator states, the lineage of
-/// every row not yet delivered) and differ only in where their pending rows start: a document
-/// that fills thousands of steps at once costs memory in proportion to its rows, not to their
-/// square.
-#[derive(Clone, Debug)]
-pub(crate) struct Snapshot {
-    pub(super) core: Arc<SnapshotCore>,
-    pub(super) pending_from: usize,
-}
-
-#[derive(Debug)]
-pub(super) struct SnapshotCore {
-    lane: Lane,
-    cursor: Cursor,
-    input_progress: u64,
-    rows_emitted: u64,
-    skips: Skips,
-    finished: bool,
-    tail_dropped: TailDropped,
-    steer: Option<SteerState>,
-    accumulators: Vec<AccumulatorState>,
-    pending: Vec<Lineage>,
-}
-
-impl Snapshot {
-    /// The state a checkpoint holds.
-    pub fn state(&self) -> LaneState {
-        let c = &*self.core;
-        LaneState {
-            lane: c.lane,
-            cursor: c.cursor,
-            input_progress: c.input_progress,
-            rows_emitted: c.rows_emitted,
-            skips: c.skips.clone(),
-            finished: c.finished,
-            tail_dropped: c.tail_dropped.clone(),
-            steer: c.steer.clone(),
-            accumulators: c.accumulators.clone(),
-            pending: c.pending.get(self.pending_from..).unwrap_or_default().to_vec(),
-        }
-    }
-
-    /// Records skipped so far under the skip policy, by dataset.
-    pub fn skips(&self) -> &Skips {
-        &self.core.skips
-    }
-}
 
 impl LaneRun {
     /// The state now, as a checkpoint would hold it: every row not yet handed to the consumer
@@ -76,7 +24,7 @@ impl LaneRun {
             .chain(&self.current)
             .map(|r| r.lineage().clone())
             .collect();
-        let core = Arc::new(SnapshotCore {
+        Snapshot::new(SnapshotCore {
             lane: self.lane,
             cursor,
             input_progress,
@@ -87,8 +35,7 @@ impl LaneRun {
             steer: self.steer.as_ref().map(|s| s.state.clone()),
             accumulators: self.accs.iter().map(|a| a.export()).collect(),
             pending,
-        });
-        Snapshot { core, pending_from: 0 }
+        })
     }
 
     /// An input boundary: the state is consistent, so steps finalized since the last boundary
@@ -127,7 +74,7 @@ impl LaneRun {
                 pending_from += self.steps[i].rows.len();
             }
             if wanted(&self.steps[i]) {
-                self.steps[i].state = Some(Snapshot { core: base.core.clone(), pending_from });
+                self.steps[i].state = Some(base.pending_from(pending_from));
             }
         }
     }
