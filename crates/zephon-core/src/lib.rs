@@ -55,6 +55,7 @@ mod error;
 mod hash_log;
 mod plan;
 mod plan_node;
+mod policy;
 mod snapshot;
 mod source;
 mod step;

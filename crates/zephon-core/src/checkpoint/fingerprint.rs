@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use zephon_operator::{Digest, Settings, SettingsValue};
 
-use crate::engine::{BadRecords, Tail};
+use crate::policy::{BadRecords, Tail};
 use crate::step_schedule::{RowsPerStep, ShareSchedule};
 
 /// One operator of the pipeline as fingerprinted.
