@@ -12,6 +12,8 @@ mod spec_reference;
 
 use std::path::{Path, PathBuf};
 
+use zephon::testing::Ranks;
+
 /// A spec over the fetched corpora with the real GPT-2 tokenizer. `extra` is appended
 /// verbatim (sections for pack, shuffle, ensure_mixture...).
 pub fn spec_text(format: &str, lanes: u32, rows: u32, head: &str, extra: &str) -> String {
@@ -84,17 +86,6 @@ pub fn one_line_documents(dir: &Path, len: std::ops::Range<usize>, most: usize) 
 }
 
 /// One loader per rank of a world of `w`, fresh or resumed from `resume`.
-pub fn loaders(spec: &zephon::Spec, w: u32, threads: usize, resume: Option<&Path>) -> Vec<zephon::Loader> {
-    (0..w)
-        .map(|r| {
-            let mut exec = spec.exec();
-            exec.threads = threads;
-            let p = spec.pipeline().unwrap().exec(exec);
-            let t = spec.topology(w, r).unwrap();
-            match resume {
-                Some(d) => p.restore(t, d).unwrap(),
-                None => p.build(t).unwrap(),
-            }
-        })
-        .collect()
+pub fn loaders(spec: &zephon::Spec, w: u32, threads: usize, resume: Option<&Path>) -> Ranks<zephon::Loader> {
+    zephon::testing::loaders(spec, w, threads, resume).unwrap()
 }

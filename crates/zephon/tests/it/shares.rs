@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use zephon::{Loader, Spec};
+use zephon::testing::{self, Ranks};
+use zephon::{Loader, LocalStep, Spec};
 
 use crate::*;
 
@@ -74,27 +75,22 @@ threads = 2
     )
 }
 
-/// After each of `steps` steps of `loaders` (all ranks), how far each dataset is ahead of
-/// its share of all tokens delivered so far; and the global step fingerprints.
-fn ahead_by_step(loaders: &mut [Loader], steps: u64, shares: [f64; 2]) -> (Vec<[f64; 2]>, Vec<zephon::Digest>) {
+/// After each of `steps` steps of all ranks, how far each dataset is ahead of its share of all
+/// tokens delivered so far; and the global step fingerprints.
+fn ahead_by_step(ranks: &mut Ranks<Loader>, steps: u64, shares: [f64; 2]) -> (Vec<[f64; 2]>, Vec<zephon::Digest>) {
     let mut tokens = [0u64; 2];
     let mut ahead = Vec::new();
-    let mut prints = Vec::new();
-    for _ in 0..steps {
-        let mut digests = Vec::new();
-        for l in loaders.iter_mut() {
-            let step = l.next_step().unwrap().unwrap();
-            for row in step.rows() {
-                for f in row.lineage().fragments() {
-                    tokens[f.sample.dataset as usize] += u64::from(f.len());
-                }
+    let each = |parts: &[LocalStep]| {
+        for row in parts.iter().flat_map(LocalStep::rows) {
+            for f in row.lineage().fragments() {
+                tokens[f.sample.dataset as usize] += u64::from(f.len());
             }
-            digests.extend(step.lane_digests().map(|x| x.1));
         }
         let total = (tokens[0] + tokens[1]) as f64;
         ahead.push([0, 1].map(|d| tokens[d] as f64 - shares[d] * total));
-        prints.push(zephon::step_fingerprint(&digests));
-    }
+        testing::fingerprint(parts)
+    };
+    let prints = ranks.steps_exactly(steps, each).unwrap();
     (ahead, prints)
 }
 
@@ -150,9 +146,7 @@ fn after_a_shuffle_buffer_the_bound_holds_at_any_lane_count_and_across_a_resume(
                     let ckpt = tmp();
                     let mut two = loaders(&spec, 2, 1, None);
                     let (_, head) = ahead_by_step(&mut two, 50, [0.3, 0.7]);
-                    two.iter().for_each(|l| {
-                        l.checkpoint(ckpt.path()).unwrap();
-                    });
+                    two.checkpoint(ckpt.path()).unwrap();
                     let (_, tail) = ahead_by_step(&mut loaders(&spec, 4, 2, Some(ckpt.path())), 70, [0.3, 0.7]);
                     assert_eq!([head, tail].concat(), prints, "W=2 to step 50, resumed on W=4");
                 }
@@ -169,7 +163,7 @@ fn token_estimates_count_the_tokens_tokenize_adds_to_every_document() {
     let dir = tmp();
     let short = one_line_documents(dir.path(), 20..200, 200_000);
     let spec = mix_spec(&short, &TOKENIZERS[0], 1, "wrap", None);
-    let loader = loaders(&spec, 1, 1, None).remove(0);
+    let loader = loaders(&spec, 1, 1, None).into_ranks().remove(0);
     let estimate = loader.token_estimates().unwrap()[1].clone();
     assert_eq!(estimate.added_per_row, 1.0, "{estimate:?}");
     let tokenizer =

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use zephon::lane_core::{SampleId, Value, step_fingerprint};
-use zephon::{Spec, Topology};
+use zephon::lane_core::{SampleId, Value};
+use zephon::{Spec, Topology, testing};
 
 const IMAGE_TOKEN: u32 = 50257;
 
@@ -111,38 +111,11 @@ fn run(
     resume: Option<&Path>,
     save: Option<&Path>,
 ) -> Vec<zephon::Digest> {
-    let mut loaders: Vec<_> = (0..w)
-        .map(|r| {
-            let mut exec = spec.exec();
-            exec.threads = threads;
-            let p = spec.pipeline().unwrap().exec(exec);
-            let t = spec.topology(w, r).unwrap();
-            match resume {
-                Some(d) => p.restore(t, d).unwrap(),
-                None => p.build(t).unwrap(),
-            }
-        })
-        .collect();
-    let mut out = Vec::new();
-    while loaders[0].position().0 < to {
-        let mut digests = Vec::new();
-        for l in &mut loaders {
-            let step = l.next_step().unwrap().unwrap();
-            let rows: Vec<_> =
-                step.microbatches(mb).unwrap().iter().flat_map(|m| m.rows().iter().map(|r| (*r).clone())).collect();
-            let mut at = 0;
-            for lane in step.lanes() {
-                let n = lane.rows().len();
-                digests.push(zephon::lane_core::lane_digest(&rows[at..at + n]));
-                at += n;
-            }
-        }
-        out.push(step_fingerprint(&digests));
-    }
+    let mut ranks = testing::loaders(spec, w, threads, resume).unwrap();
+    let n = to.saturating_sub(ranks.position().0);
+    let out = ranks.steps_exactly(n, |parts| testing::fingerprint_through_microbatches(parts, mb).unwrap()).unwrap();
     if let Some(d) = save {
-        for l in &loaders {
-            l.checkpoint(d).unwrap();
-        }
+        ranks.checkpoint(d).unwrap();
     }
     out
 }
