@@ -6,6 +6,7 @@
 //! - Runners that execute every rank of a world size side by side ([`run_ranks`], a shorthand
 //!   for `zephon_core::testing::Ranks`, the one in-process rank runner), and separate rank
 //!   processes (the multi-process harness).
+//! - [`SpecText`], the one builder of TOML specs for tests.
 //! - The fetched test data (`scripts/fetch-testdata.sh`): tests that need it fail loudly when
 //!   it is missing.
 
@@ -13,9 +14,11 @@
 
 mod images;
 mod ranks;
+mod spec_text;
 
 pub use images::{IMAGE, ImageTokenize, Split, image_corpus, images_of, span_len};
 pub use ranks::{rank_process, spawn_ranks};
+pub use spec_text::{SpecText, TomlValue};
 
 use std::collections::VecDeque;
 use std::path::Path;

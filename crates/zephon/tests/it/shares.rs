@@ -8,6 +8,7 @@ use std::path::Path;
 
 use zephon::testing::{self, Ranks};
 use zephon::{Loader, LocalStep, Spec};
+use zephon_testkit::SpecText;
 
 use crate::*;
 
@@ -27,52 +28,29 @@ const TOKENIZERS: [Tok; 2] =
     [Tok { file: "gpt2", eos: "<|endoftext|>", pad: 50256 }, Tok { file: "llama2", eos: "</s>", pad: 0 }];
 
 fn mix_spec(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> Spec {
-    parse(&mix_spec_text(short, tok, lanes, algorithm, shuffle))
+    parse(&mix_spec_text(short, tok, lanes, algorithm, shuffle).text())
 }
 
-fn mix_spec_text(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> String {
+/// Long documents (corpus B) against the one-line ones in `short`, 30 / 70, held by
+/// `ensure_mixture`, packed by `algorithm`, then shuffled in a buffer of `shuffle` rows if any.
+fn mix_spec_text(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> SpecText {
     let data = zephon_testkit::testdata();
-    let shuffle = shuffle.map_or(String::new(), |b| format!("[shuffle]\nbuffer = {b}\n"));
-    format!(
-        r#"seed = 5
-lanes = {lanes}
-rows_per_step = 16
-
-[[dataset]]
-name = "long"
-path = "{long}"
-share = 0.3
-
-[[dataset]]
-name = "short"
-path = "{short}"
-share = 0.7
-
-[source]
-chunk_size = 64
-
-[tokenize]
-tokenizer = "{tokenizer}"
-eos = "{eos}"
-
-[ensure_mixture]
-slack_tokens = {SLACK}
-
-[pack]
-algorithm = "{algorithm}"
-seq_len = {SEQ_LEN}
-pad_id = {pad}
-
-{shuffle}
-[run]
-threads = 2
-"#,
-        long = data.join("corpora/b/jsonl").display(),
-        short = short.display(),
-        tokenizer = data.join(format!("tokenizers/{}/tokenizer.json", tok.file)).display(),
-        eos = tok.eos,
-        pad = tok.pad,
-    )
+    let text = SpecText::new(lanes, 16)
+        .seed(5)
+        .dataset("long", data.join("corpora/b/jsonl"))
+        .share(0.3)
+        .dataset("short", short)
+        .share(0.7)
+        .chunk_size(64)
+        .tokenizer(data.join(format!("tokenizers/{}/tokenizer.json", tok.file)), tok.eos)
+        .set("ensure_mixture", "slack_tokens", SLACK)
+        .pack(algorithm, SEQ_LEN)
+        .set("pack", "pad_id", tok.pad);
+    let text = match shuffle {
+        Some(b) => text.shuffle(u64::from(b)),
+        None => text,
+    };
+    text.threads(2)
 }
 
 /// After each of `steps` steps of all ranks, how far each dataset is ahead of its share of all
@@ -194,10 +172,12 @@ fn a_truncating_pipeline_plans_the_tokens_truncation_keeps() {
     for tok in &TOKENIZERS {
         // Wrap holds one partial row a lane, so the output shows the plan (best-fit's open rows
         // would hold short documents back for a while).
-        let text = mix_spec_text(&short, tok, 4, "wrap", None)
-            .replace(&format!("[ensure_mixture]\nslack_tokens = {SLACK}\n"), "")
-            .replace("[pack]\n", "[pack]\nlong_documents = \"truncate\"\n");
-        let spec = parse(&text);
+        let text = mix_spec_text(&short, tok, 4, "wrap", None).without("ensure_mixture").set(
+            "pack",
+            "long_documents",
+            "truncate",
+        );
+        let spec = parse(&text.text());
         let plan = spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap();
         assert!(plan.contains("each row cut to at most 1024"), "{plan}");
         let mut loaders = loaders(&spec, 1, 2, None);
