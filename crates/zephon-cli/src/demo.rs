@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use zephon::Spec;
-use zephon::lane_core::{Digest, step_fingerprint};
+use zephon::testing::{self, RanksError};
+use zephon::{Digest, Spec};
 
 use crate::CliError;
 
@@ -88,32 +88,22 @@ fn ranks(
     resume: Option<&Path>,
     save: Option<&Path>,
 ) -> Result<Vec<Digest>, CliError> {
-    let mut loaders = Vec::new();
-    for r in 0..w {
-        let mut exec = spec.exec();
-        exec.threads = threads;
-        let p = spec.pipeline()?.exec(exec);
-        let t = spec.topology(w, r)?;
-        loaders.push(match resume {
-            Some(d) => p.restore(t, d)?,
-            None => p.build(t)?,
-        });
-    }
-    let mut fps = Vec::new();
-    while loaders[0].position().0 < to {
-        let mut digests = Vec::new();
-        for l in &mut loaders {
-            let step = l.next_step()?.ok_or_else(|| CliError::Usage("the data ended early".into()))?;
-            digests.extend(step.lane_digests().map(|(_, d)| d));
-        }
-        fps.push(step_fingerprint(&digests));
-    }
+    let mut ranks = testing::loaders(spec, w, threads, resume).map_err(cli_error)?;
+    let fps = ranks.steps_exactly(to.saturating_sub(ranks.position().0), testing::fingerprint).map_err(cli_error)?;
     if let Some(dir) = save {
-        for l in &loaders {
-            l.checkpoint(dir)?;
-        }
+        ranks.checkpoint(dir).map_err(cli_error)?;
     }
     Ok(fps)
+}
+
+/// A rank's own error as it is; the data ending before the demo's steps is a usage error
+/// (too little data given), ranks disagreeing a failed check.
+fn cli_error(e: RanksError<zephon::Error>) -> CliError {
+    match e {
+        RanksError::Rank { error, .. } => (*error).into(),
+        RanksError::Ended { .. } => CliError::Usage("the data ended early".into()),
+        e @ RanksError::Disagree { .. } => CliError::Verify(e.to_string()),
+    }
 }
 
 /// One rank at W = 1 for `steps` steps: (time to the first batch, tokens after it, seconds

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use zephon_testkit::SpecText;
+
 fn zephon(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zephon")).args(args).output().unwrap()
 }
@@ -13,52 +15,27 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
+/// Corpora A (or `a`) and B, 50 / 50, held by ensure_mixture, best-fit packed into rows of
+/// `seq_len`, shuffled: written to `dir/spec-{lanes}.toml`.
 fn spec(dir: &Path, lanes: u32, rows: u32, seq_len: usize, a: Option<&Path>) -> PathBuf {
     let data = zephon_testkit::testdata();
     let a = a.map(Path::to_path_buf).unwrap_or_else(|| data.join("corpora/a/jsonl"));
-    let text = format!(
-        r#"seed = 7
-lanes = {lanes}
-rows_per_step = {rows}
-
-[[dataset]]
-name = "a"
-path = "{}"
-share = 0.5
-
-[[dataset]]
-name = "b"
-path = "{}"
-share = 0.5
-
-[source]
-chunk_size = 8
-
-[tokenize]
-tokenizer = "{}"
-eos = "<|endoftext|>"
-
-[ensure_mixture]
-slack_tokens = 1024
-
-[pack]
-algorithm = "best_fit"
-bins = 2
-seq_len = {seq_len}
-pad_id = 50256
-
-[shuffle]
-buffer = 2
-
-[run]
-threads = 1
-"#,
-        a.display(),
-        data.join("corpora/b/parquet").display(),
-        data.join("tokenizers/gpt2/tokenizer.json").display()
-    );
+    let text = SpecText::new(lanes, rows)
+        .seed(7)
+        .dataset("a", a)
+        .share(0.5)
+        .dataset("b", data.join("corpora/b/parquet"))
+        .share(0.5)
+        .chunk_size(8)
+        .tokenizer(data.join("tokenizers/gpt2/tokenizer.json"), "<|endoftext|>")
+        .set("ensure_mixture", "slack_tokens", 1024)
+        .pack("best_fit", seq_len as u64)
+        .set("pack", "bins", 2)
+        .set("pack", "pad_id", 50256)
+        .shuffle(2)
+        .threads(1);
     let p = dir.join(format!("spec-{lanes}.toml"));
-    std::fs::write(&p, text).unwrap();
+    std::fs::write(&p, text.text()).unwrap();
     p
 }
 
@@ -149,22 +126,21 @@ fn finite_data_ends_on_every_lane_together_in_every_rank_configuration() {
     let dir = tempfile::tempdir().unwrap();
     let (short, long) = (subset(dir.path(), "a", "short", 300), subset(dir.path(), "b", "long", 40));
     let s = dir.path().join("finite.toml");
-    std::fs::write(
-        &s,
-        format!(
-            "seed = 7\nlanes = 8\nrows_per_step = 16\n\
-             [[dataset]]\nname = \"short\"\npath = \"{}\"\nweight = 1.0\n\
-             [[dataset]]\nname = \"long\"\npath = \"{}\"\nweight = 1.0\n\
-             [source]\nchunk_size = 2\nexhaustion = \"redistribute\"\n\
-             [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n\
-             [pack]\nalgorithm = \"best_fit\"\nseq_len = 256\npad_id = 50256\n\
-             [shuffle]\nbuffer = 4\n[run]\nthreads = 1\ntail = \"drop\"\n",
-            short.display(),
-            long.display(),
-            zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json").display()
-        ),
-    )
-    .unwrap();
+    let finite = SpecText::new(8, 16)
+        .seed(7)
+        .dataset("short", short)
+        .weight(1.0)
+        .dataset("long", long)
+        .weight(1.0)
+        .chunk_size(2)
+        .set("source", "exhaustion", "redistribute")
+        .tokenizer(zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json"), "<|endoftext|>")
+        .pack("best_fit", 256)
+        .set("pack", "pad_id", 50256)
+        .shuffle(4)
+        .threads(1)
+        .tail("drop");
+    std::fs::write(&s, finite.text()).unwrap();
     let report = dir.path().join("report.json");
     let o = zephon(&["run", "--spec", s.to_str().unwrap(), "--quiet", "--report", report.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));

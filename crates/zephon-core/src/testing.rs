@@ -4,6 +4,10 @@
 //! single-process run. The contract check that needs no engine, for operator crates, is
 //! `zephon_operator::testing::check_operator`.
 //!
+//! The rank runner it is built on, [`Ranks`], is public: every rank of a world size in this
+//! process, their local steps combined into global steps, for any test that compares world
+//! sizes, resumes or microbatch sizes (the facade's `Loader` drives it as an `Engine` does).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use zephon_core::testing::{CheckOptions, check_in_engine};
@@ -27,15 +31,17 @@
 //! # Ok::<(), String>(())
 //! ```
 
+mod ranks;
+
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::engine::{BadRecords, Engine, ExecOptions, RunSpec, Tail};
+pub use ranks::{Rank, Ranks, RanksError, fingerprint, fingerprint_through_microbatches};
+
+use crate::engine::{BadRecords, ExecOptions, RunSpec, Tail};
 use crate::error::OpError;
 use crate::plan::Operators;
 use crate::source::{Datasets, SequentialSource};
-use crate::step::step_fingerprint;
-use crate::topology::{Place, Topology};
 use zephon_operator::{
     Accumulator, AccumulatorState, Digest, LaneContext, Lineage, Operator, OperatorKind, Record, RngKey, Settings,
 };
@@ -146,7 +152,8 @@ fn compare(reference: &[Digest], got: &[Digest], from: u64, what: &str) -> Resul
     Ok(())
 }
 
-/// Global fingerprints of steps up to `to`, every rank of world size `w` in this process.
+/// Global fingerprints of steps up to `to`, every rank of world size `w` in this process;
+/// fewer where the data ends first.
 #[allow(clippy::too_many_arguments)]
 fn fingerprints(
     spec: &RunSpec,
@@ -159,37 +166,10 @@ fn fingerprints(
     save: Option<&Path>,
 ) -> Result<Vec<Digest>, String> {
     let opts = ExecOptions { threads, prefetch_steps: 2, unit_samples: 2, snapshot_every: 1, ..ExecOptions::default() };
-    let mut engines = Vec::new();
-    for r in 0..w {
-        let t = Topology::builder()
-            .lanes(lanes)
-            .rows_per_step(rows)
-            .place(Place { rank: r, world_size: w })
-            .build()
-            .map_err(|e| e.to_string())?;
-        engines.push(
-            match resume {
-                Some(d) => Engine::restore(spec.clone(), t, opts, d),
-                None => Engine::start(spec.clone(), t, opts),
-            }
-            .map_err(|e| e.to_string())?,
-        );
-    }
-    let mut out = Vec::new();
-    while engines[0].position().0 < to {
-        let mut digests = Vec::new();
-        for e in &mut engines {
-            match e.next_step().map_err(|e| e.to_string())? {
-                Some(step) => digests.extend(step.lane_digests().map(|(_, d)| d)),
-                None => return Ok(out),
-            }
-        }
-        out.push(step_fingerprint(&digests));
-    }
+    let mut ranks = Ranks::engines(spec, lanes, rows, w, opts, resume).map_err(|e| e.to_string())?;
+    let out = ranks.fingerprints(to.saturating_sub(ranks.position().0)).map_err(|e| e.to_string())?;
     if let Some(dir) = save {
-        for e in &engines {
-            e.checkpoint(dir).map_err(|e| e.to_string())?;
-        }
+        ranks.checkpoint(dir).map_err(|e| e.to_string())?;
     }
     Ok(out)
 }

@@ -3,8 +3,10 @@
 //! - A test pipeline whose output depends on history: a byte "tokenizer" (stateless), a wrap
 //!   packer and a shuffle buffer (accumulators), so the invariants are tested on state, not
 //!   only on maps.
-//! - Runners that execute every rank of a world size side by side, and separate rank
+//! - Runners that execute every rank of a world size side by side ([`run_ranks`], a shorthand
+//!   for `zephon_core::testing::Ranks`, the one in-process rank runner), and separate rank
 //!   processes (the multi-process harness).
+//! - [`SpecText`], the one builder of TOML specs for tests.
 //! - The fetched test data (`scripts/fetch-testdata.sh`): tests that need it fail loudly when
 //!   it is missing.
 
@@ -12,14 +14,17 @@
 
 mod images;
 mod ranks;
+mod spec_text;
 
 pub use images::{IMAGE, ImageTokenize, Split, image_corpus, images_of, span_len};
 pub use ranks::{rank_process, spawn_ranks};
+pub use spec_text::{SpecText, TomlValue};
 
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 
+use zephon_core::testing::Ranks;
 use zephon_core::*;
 
 pub const EOS: u32 = 256;
@@ -257,9 +262,10 @@ pub fn opts(threads: usize, unit: usize, prefetch: u64) -> ExecOptions {
     ExecOptions { threads, prefetch_steps: prefetch, unit_samples: unit, snapshot_every: 1, ..ExecOptions::default() }
 }
 
-/// Global fingerprints of steps `from..to` at world size `w`, running every rank in this
-/// process side by side and combining their lane digests in lane order. Optionally resumes
-/// from `resume` and checkpoints after the last step into `save`.
+/// Global fingerprints of the next `steps` steps at world size `w` (fewer where the data
+/// ends), every rank in this process: `zephon_core::testing::Ranks` over engines of `spec`,
+/// started or resumed from `resume`, and checkpointed after the last step into `save`. Panics
+/// on any error, as a test should.
 #[allow(clippy::too_many_arguments)]
 pub fn run_ranks(
     spec: &RunSpec,
@@ -271,41 +277,10 @@ pub fn run_ranks(
     resume: Option<&Path>,
     save: Option<&Path>,
 ) -> Vec<Digest> {
-    let rows = rows.into();
-    let mut engines: Vec<Engine> = (0..w)
-        .map(|r| {
-            let t = Topology::builder()
-                .lanes(lanes)
-                .rows_per_step(rows.clone())
-                .place(Place { rank: r, world_size: w })
-                .build()
-                .unwrap();
-            match resume {
-                Some(dir) => Engine::restore(spec.clone(), t, o, dir).unwrap(),
-                None => Engine::start(spec.clone(), t, o).unwrap(),
-            }
-        })
-        .collect();
-    let mut out = Vec::new();
-    for _ in 0..steps {
-        let mut digests = Vec::new();
-        let mut got = 0;
-        for e in &mut engines {
-            if let Some(step) = e.next_step().unwrap() {
-                got += 1;
-                digests.extend(step.lane_digests().map(|(_, d)| d));
-            }
-        }
-        if got == 0 {
-            break;
-        }
-        assert_eq!(got, w, "ranks disagree on whether the run ended");
-        out.push(step_fingerprint(&digests));
-    }
+    let mut ranks = Ranks::engines(spec, lanes, rows, w, o, resume).unwrap();
+    let out = ranks.fingerprints(steps).unwrap();
     if let Some(dir) = save {
-        for e in &engines {
-            e.checkpoint(dir).unwrap();
-        }
+        ranks.checkpoint(dir).unwrap();
     }
     out
 }

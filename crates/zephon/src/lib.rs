@@ -39,6 +39,7 @@ mod measured;
 mod mixture;
 mod pipeline;
 pub mod spec;
+pub mod testing;
 
 pub use error::{Error, Result};
 pub use loader::{DataReport, DatasetReport, Loader};

@@ -3,6 +3,7 @@
 //! exactly, and parts that do not belong together are refused, naming the part.
 
 use proptest::prelude::*;
+use zephon_core::testing::{Ranks, fingerprint};
 use zephon_core::*;
 
 use crate::common::*;
@@ -22,23 +23,9 @@ fn key(l: Lane) -> String {
 /// checkpoint merged as a store would: one run part (the ranks' must be equal) and every lane's
 /// part.
 fn run_and_split(spec: &RunSpec, w: u32, steps: u64) -> (Vec<Digest>, SplitCheckpoint) {
-    let mut engines: Vec<Engine> = (0..w)
-        .map(|r| {
-            Engine::start(
-                spec.clone(),
-                Topology::builder()
-                    .lanes(LANES)
-                    .rows_per_step(ROWS)
-                    .place(Place { rank: r, world_size: w })
-                    .build()
-                    .unwrap(),
-                opts(2, 3, 2),
-            )
-            .unwrap()
-        })
-        .collect();
-    let fps = steps_of(&mut engines, steps);
-    let splits: Vec<SplitCheckpoint> = engines.iter().map(|e| e.checkpoint_split().unwrap()).collect();
+    let mut ranks = Ranks::engines(spec, LANES, ROWS, w, opts(2, 3, 2), None).unwrap();
+    let fps = ranks.steps_exactly(steps, fingerprint).unwrap();
+    let splits: Vec<SplitCheckpoint> = ranks.iter().map(|e| e.checkpoint_split().unwrap()).collect();
     for s in &splits {
         assert_eq!(s.run, splits[0].run, "every rank writes the same run part");
     }
@@ -46,18 +33,9 @@ fn run_and_split(spec: &RunSpec, w: u32, steps: u64) -> (Vec<Digest>, SplitCheck
     (fps, SplitCheckpoint { run: splits[0].run.clone(), lanes })
 }
 
-fn steps_of(engines: &mut [Engine], steps: u64) -> Vec<Digest> {
-    (0..steps)
-        .map(|_| {
-            let digests: Vec<Digest> = engines
-                .iter_mut()
-                .flat_map(|e| {
-                    e.next_step().unwrap().expect("the data repeats").lane_digests().map(|(_, d)| d).collect::<Vec<_>>()
-                })
-                .collect();
-            step_fingerprint(&digests)
-        })
-        .collect()
+/// Every rank of `w` restored from the parts it owns of `all`.
+fn restored(spec: &RunSpec, w: u32, all: &SplitCheckpoint) -> Ranks<Engine> {
+    Ranks::start(w, |r| restore(spec, w, r, all)).unwrap()
 }
 
 /// Rank `rank` of `w` restored from the parts it owns (as a store hands it its template's keys).
@@ -88,12 +66,11 @@ proptest! {
         let total = k1 + k2 + 3;
         let reference = run_ranks(&spec, LANES, ROWS, 1, opts(2, 3, 2), total, None, None);
         let (mut got, first) = run_and_split(&spec, w1, k1);
-        let mut engines: Vec<Engine> = (0..w2).map(|r| restore(&spec, w2, r, &first).unwrap()).collect();
-        got.extend(steps_of(&mut engines, k2));
-        let splits: Vec<SplitCheckpoint> = engines.iter().map(|e| e.checkpoint_split().unwrap()).collect();
+        let mut ranks = restored(&spec, w2, &first);
+        got.extend(ranks.steps_exactly(k2, fingerprint).unwrap());
+        let splits: Vec<SplitCheckpoint> = ranks.iter().map(|e| e.checkpoint_split().unwrap()).collect();
         let second = SplitCheckpoint { run: splits[0].run.clone(), lanes: splits.iter().flat_map(|s| s.lanes.clone()).collect() };
-        let mut engines: Vec<Engine> = (0..w3).map(|r| restore(&spec, w3, r, &second).unwrap()).collect();
-        got.extend(steps_of(&mut engines, total - k1 - k2));
+        got.extend(restored(&spec, w3, &second).steps_exactly(total - k1 - k2, fingerprint).unwrap());
         prop_assert_eq!(got, reference);
     }
 }
@@ -123,8 +100,7 @@ fn the_initial_split_restores_to_the_start() {
     let all =
         SplitCheckpoint { run: parts[0].run.clone(), lanes: parts.iter().flat_map(|s| s.lanes.clone()).collect() };
     assert_eq!(all.lanes.len(), LANES as usize);
-    let mut engines: Vec<Engine> = (0..4).map(|r| restore(&spec, 4, r, &all).unwrap()).collect();
-    assert_eq!(steps_of(&mut engines, 4), reference);
+    assert_eq!(restored(&spec, 4, &all).steps_exactly(4, fingerprint).unwrap(), reference);
 }
 
 fn err(r: Result<Engine>) -> String {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use zephon_core::ShareSchedule;
+use zephon_core::testing::{Ranks, fingerprint};
 use zephon_core::*;
 use zephon_mix::{EnsureMixture, Exhaustion, SourceOptions, SteeredSource};
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, WrapPack, opts};
@@ -62,37 +63,20 @@ fn run(
     steps: u64,
     from: Option<&SplitCheckpoint>,
 ) -> (Vec<Digest>, SplitCheckpoint) {
-    let rows = 2 * lanes;
-    let mut engines: Vec<Engine> = (0..w)
-        .map(|r| {
-            let t = Topology::builder()
-                .lanes(lanes)
-                .rows_per_step(rows)
-                .place(Place { rank: r, world_size: w })
-                .build()
-                .unwrap();
-            match from {
-                Some(s) => {
-                    let owned: Vec<Lane> = t.owned_lanes().collect();
-                    let mine = SplitCheckpoint {
-                        run: s.run.clone(),
-                        lanes: s.lanes.iter().filter(|p| owned.contains(&p.lane)).cloned().collect(),
-                    };
-                    Engine::restore_split(spec.clone(), t, opts(threads, 3, 2), &mine, &|l| l.to_string()).unwrap()
-                }
-                None => Engine::start(spec.clone(), t, opts(threads, 3, 2)).unwrap(),
-            }
-        })
-        .collect();
-    let mut fps = Vec::new();
-    for _ in 0..steps {
-        let mut digests = Vec::new();
-        for e in &mut engines {
-            digests.extend(e.next_step().unwrap().expect("the data repeats").lane_digests().map(|(_, d)| d));
+    let mut ranks = Ranks::engines_with(lanes, 2 * lanes, w, |t| match from {
+        Some(s) => {
+            let owned: Vec<Lane> = t.owned_lanes().collect();
+            let mine = SplitCheckpoint {
+                run: s.run.clone(),
+                lanes: s.lanes.iter().filter(|p| owned.contains(&p.lane)).cloned().collect(),
+            };
+            Engine::restore_split(spec.clone(), t, opts(threads, 3, 2), &mine, &|l| l.to_string())
         }
-        fps.push(step_fingerprint(&digests));
-    }
-    let splits: Vec<SplitCheckpoint> = engines.iter().map(|e| e.checkpoint_split().unwrap()).collect();
+        None => Engine::start(spec.clone(), t, opts(threads, 3, 2)),
+    })
+    .unwrap();
+    let fps = ranks.steps_exactly(steps, fingerprint).unwrap();
+    let splits: Vec<SplitCheckpoint> = ranks.iter().map(|e| e.checkpoint_split().unwrap()).collect();
     let split =
         SplitCheckpoint { run: splits[0].run.clone(), lanes: splits.iter().flat_map(|s| s.lanes.clone()).collect() };
     (fps, split)

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
+use zephon_core::testing::{Ranks, fingerprint_through_microbatches};
 use zephon_core::*;
 use zephon_pack::*;
 use zephon_testkit::{
@@ -36,38 +37,8 @@ fn algorithm(i: usize) -> Algorithm {
 
 /// Per step, per lane: the digest of the lane's rows taken back out of microbatches of `m`.
 fn through_microbatches(spec: &RunSpec, lanes: u32, rows: u32, w: u32, m: usize, steps: u64) -> Vec<Digest> {
-    let mut engines: Vec<Engine> = (0..w)
-        .map(|r| {
-            Engine::start(
-                spec.clone(),
-                Topology::builder()
-                    .lanes(lanes)
-                    .rows_per_step(rows)
-                    .place(Place { rank: r, world_size: w })
-                    .build()
-                    .unwrap(),
-                opts(2, 2, 2),
-            )
-            .unwrap()
-        })
-        .collect();
-    let mut out = Vec::new();
-    for _ in 0..steps {
-        let mut digests = Vec::new();
-        for e in &mut engines {
-            let step = e.next_step().unwrap().expect("repeating data never ends");
-            let rows: Vec<Record> =
-                step.microbatches(m).unwrap().iter().flat_map(|mb| mb.rows().iter().map(|r| (*r).clone())).collect();
-            let mut at = 0;
-            for lane in step.lanes() {
-                let n = lane.rows().len();
-                digests.push(lane_digest(&rows[at..at + n]));
-                at += n;
-            }
-        }
-        out.push(step_fingerprint(&digests));
-    }
-    out
+    let mut ranks = Ranks::engines(spec, lanes, rows, w, opts(2, 2, 2), None).unwrap();
+    ranks.steps_exactly(steps, |parts| fingerprint_through_microbatches(parts, m).unwrap()).unwrap()
 }
 
 proptest! {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use zephon::lane_core::{Lineage, SampleId};
+use zephon_testkit::SpecText;
 
 use crate::*;
 
@@ -19,22 +20,20 @@ const SLACK: u64 = 4096;
 /// everything else at its default.
 fn spec(long: &Path, short: &Path, shares: [f64; 2], lanes: u32, rows: u32, seq_len: u64) -> String {
     let data = zephon_testkit::testdata();
-    format!(
-        "seed = 21\nlanes = {lanes}\nrows_per_step = {rows}\n\
-         [[dataset]]\nname = \"long\"\npath = \"{}\"\nshare = {}\n\
-         [[dataset]]\nname = \"short\"\npath = \"{}\"\nshare = {}\n\
-         [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n\
-         [ensure_mixture]\nslack_tokens = {SLACK}\n\
-         [pack]\nalgorithm = \"best_fit\"\nseq_len = {seq_len}\nbins_total = {}\npad_id = 50256\n\
-         [shuffle]\nbuffer_total = {}\n[run]\nthreads = 2\n",
-        long.display(),
-        shares[0],
-        short.display(),
-        shares[1],
-        data.join("tokenizers/gpt2/tokenizer.json").display(),
-        (64 * lanes).min(4096),
-        64.max(lanes),
-    )
+    SpecText::new(lanes, rows)
+        .seed(21)
+        .dataset("long", long)
+        .share(shares[0])
+        .dataset("short", short)
+        .share(shares[1])
+        .tokenizer(data.join("tokenizers/gpt2/tokenizer.json"), "<|endoftext|>")
+        .set("ensure_mixture", "slack_tokens", SLACK)
+        .pack("best_fit", seq_len)
+        .set("pack", "bins_total", (64 * lanes).min(4096))
+        .set("pack", "pad_id", 50256)
+        .set("shuffle", "buffer_total", 64.max(lanes))
+        .threads(2)
+        .text()
 }
 
 /// Every delivered or held piece (token span) of each document.

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use zephon::lane_core::Record;
-use zephon::{Digest, Loader, Value, step_fingerprint};
+use zephon::testing::{self, Ranks};
+use zephon::{Digest, Loader, LocalStep, Value};
 
 use crate::*;
 
@@ -12,18 +13,12 @@ fn pack(algorithm: &str, seq_len: usize, bins: usize) -> String {
 }
 
 /// Global fingerprints of the next `n` steps of all ranks, plus the rows seen.
-fn run(loaders: &mut [Loader], n: u64, rows: &mut Vec<Record>) -> Vec<Digest> {
-    (0..n)
-        .map(|_| {
-            let mut d = Vec::new();
-            for l in loaders.iter_mut() {
-                let step = l.next_step().unwrap().unwrap();
-                rows.extend(step.rows().cloned());
-                d.extend(step.lane_digests().map(|x| x.1));
-            }
-            step_fingerprint(&d)
-        })
-        .collect()
+fn run(ranks: &mut Ranks<Loader>, n: u64, rows: &mut Vec<Record>) -> Vec<Digest> {
+    let each = |parts: &[LocalStep]| {
+        rows.extend(parts.iter().flat_map(|p| p.rows().cloned()));
+        testing::fingerprint(parts)
+    };
+    ranks.steps_exactly(n, each).unwrap()
 }
 
 fn u32s<'a>(r: &'a Record, f: &str) -> &'a [u32] {
@@ -67,9 +62,7 @@ fn steps_are_identical_at_every_world_size_and_thread_count() {
         let dir = tmp();
         let mut two = loaders(&spec, 2, 1, None);
         let head = run(&mut two, 2, &mut Vec::new());
-        two.iter().for_each(|l| {
-            l.checkpoint(dir.path()).unwrap();
-        });
+        two.checkpoint(dir.path()).unwrap();
         for w in [8, 1] {
             let mut tail = head.clone();
             tail.extend(run(&mut loaders(&spec, w, 2, Some(dir.path())), 2, &mut Vec::new()));

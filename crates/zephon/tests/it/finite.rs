@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use zephon::Value;
+use zephon_testkit::SpecText;
 
 use crate::*;
 
@@ -39,20 +40,27 @@ fn long_documents(dir: &Path, n: usize) -> PathBuf {
 }
 
 fn spec(long: &Path, short: &Path, lanes: u32, chunks: &str, tail: &str, end: &str) -> zephon::Spec {
-    let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
-    parse(&format!(
-        "seed = 3\nlanes = {lanes}\nrows_per_step = {rows}\n\
-         [[dataset]]\nname = \"long\"\npath = \"{long}\"\nshare = 0.3\n\
-         [[dataset]]\nname = \"short\"\npath = \"{short}\"\nshare = 0.7\n\
-         [source]\n{chunks}\norder = \"shuffled\"\nexhaustion = \"redistribute\"\n\
-         [tokenize]\ntokenizer = \"{tok}\"\neos = \"<|endoftext|>\"\n\
-         [pack]\nalgorithm = \"best_fit\"\nseq_len = {SEQ_LEN}\npad_id = 50256\n{end}\n\
-         [shuffle]\nbuffer = 8\n[run]\nthreads = 2\ntail = \"{tail}\"\n",
-        rows = ROWS_PER_LANE * lanes,
-        long = long.display(),
-        short = short.display(),
-        tok = tok.display(),
-    ))
+    parse(&finite_spec(long, short, lanes, ROWS_PER_LANE * lanes, chunks, tail).lines("pack", end).text())
+}
+
+/// Long against short documents, 30 / 70, in shuffled chunks (`chunks` says how they are cut)
+/// to the end of one pass; best-fit packing into rows of `SEQ_LEN`, a shuffle, `tail`.
+fn finite_spec(long: &Path, short: &Path, lanes: u32, rows: u32, chunks: &str, tail: &str) -> SpecText {
+    SpecText::new(lanes, rows)
+        .seed(3)
+        .dataset("long", long)
+        .share(0.3)
+        .dataset("short", short)
+        .share(0.7)
+        .lines("source", chunks)
+        .set("source", "order", "shuffled")
+        .set("source", "exhaustion", "redistribute")
+        .tokenizer(zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json"), "<|endoftext|>")
+        .pack("best_fit", SEQ_LEN)
+        .set("pack", "pad_id", 50256)
+        .shuffle(8)
+        .threads(2)
+        .tail(tail)
 }
 
 /// Every token position delivered, per document, as (start, end) pieces; and the tokens.
@@ -138,18 +146,7 @@ fn whole_long_documents_at_the_end_are_evened_out_between_lanes() {
     write(&long, "part-0.jsonl", &(docs.join("\n") + "\n"));
     let short = one_line_documents(dir.path(), 20..200, 3000);
     let at = |tail: &str| {
-        let text = format!(
-            "seed = 3\nlanes = 8\nrows_per_step = 16\n\
-             [[dataset]]\nname = \"long\"\npath = \"{}\"\nshare = 0.3\n\
-             [[dataset]]\nname = \"short\"\npath = \"{}\"\nshare = 0.7\n\
-             [source]\nchunk_tokens = 4096\norder = \"shuffled\"\nexhaustion = \"redistribute\"\n\
-             [tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"\n\
-             [pack]\nalgorithm = \"best_fit\"\nseq_len = 256\npad_id = 50256\n\
-             [shuffle]\nbuffer = 8\n[run]\nthreads = 2\ntail = \"{tail}\"\n",
-            long.display(),
-            short.display(),
-            zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json").display()
-        );
+        let text = finite_spec(&long, &short, 8, 16, "chunk_tokens = 4096", tail).text();
         run_to_end(&parse(&text)).1
     };
     let (all, kept) = (at("partial"), at("drop"));

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use zephon::lane_core::checkpoint;
 use zephon::{Spec, Topology};
+use zephon_testkit::SpecText;
 
 use crate::*;
 
@@ -21,34 +22,25 @@ fn texts(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix} document number {i} says something about lanes and steps.")).collect()
 }
 
-/// A spec over two local JSONL files, the second with text in `content`.
+/// A spec over two local JSONL files, the second with text in `content`; `extra` is written
+/// out at the end, verbatim.
 fn two_fields_spec(dir: &Path, extra: &str) -> String {
     let a = jsonl(dir, "a", "text", &texts("alpha", 300));
     let b = jsonl(dir, "b", "content", &texts("beta", 300));
     let tok = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
-    format!(
-        r#"seed = 1
-lanes = 2
-rows_per_step = 4
-[[dataset]]
-name = "a"
-path = "{}"
-share = 0.5
-[[dataset]]
-name = "b"
-path = "{}"
-share = 0.5
-text_field = "content"
-[source]
-chunk_size = 8
-[tokenize]
-tokenizer = "{}"
-eos = "<|endoftext|>"
-{PACK}{extra}"#,
-        a.display(),
-        b.display(),
-        tok.display()
-    )
+    SpecText::new(2, 4)
+        .seed(1)
+        .dataset("a", a)
+        .share(0.5)
+        .dataset("b", b)
+        .share(0.5)
+        .dataset_key("text_field", "content")
+        .chunk_size(8)
+        .tokenizer(tok, "<|endoftext|>")
+        .pack("wrap", 256)
+        .set("pack", "pad_id", 50256)
+        .append(extra)
+        .text()
 }
 
 #[test]

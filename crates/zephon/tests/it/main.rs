@@ -12,40 +12,26 @@ mod spec_reference;
 
 use std::path::{Path, PathBuf};
 
-/// A spec over the fetched corpora with the real GPT-2 tokenizer. `extra` is appended
-/// verbatim (sections for pack, shuffle, ensure_mixture...).
+use zephon::testing::Ranks;
+use zephon_testkit::SpecText;
+
+/// A spec over the fetched corpora with the real GPT-2 tokenizer. `head` is written out right
+/// after the top-level keys, `extra` at the end (sections for pack, shuffle, ensure_mixture...),
+/// verbatim.
 pub fn spec_text(format: &str, lanes: u32, rows: u32, head: &str, extra: &str) -> String {
     let data = zephon_testkit::testdata();
-    format!(
-        r#"seed = 99
-lanes = {lanes}
-rows_per_step = {rows}
-{head}
-[[dataset]]
-name = "a"
-path = "{a}"
-share = 0.5
-
-[[dataset]]
-name = "b"
-path = "{b}"
-share = 0.5
-
-[source]
-chunk_size = 16
-
-[tokenize]
-tokenizer = "{tok}"
-eos = "<|endoftext|>"
-
-[run]
-threads = 2
-{extra}
-"#,
-        a = data.join(format!("corpora/a/{format}")).display(),
-        b = data.join(format!("corpora/b/{format}")).display(),
-        tok = data.join("tokenizers/gpt2/tokenizer.json").display(),
-    )
+    SpecText::new(lanes, rows)
+        .seed(99)
+        .top_text(head)
+        .dataset("a", data.join(format!("corpora/a/{format}")))
+        .share(0.5)
+        .dataset("b", data.join(format!("corpora/b/{format}")))
+        .share(0.5)
+        .chunk_size(16)
+        .tokenizer(data.join("tokenizers/gpt2/tokenizer.json"), "<|endoftext|>")
+        .threads(2)
+        .append(extra)
+        .text()
 }
 
 pub fn parse(text: &str) -> zephon::Spec {
@@ -84,17 +70,6 @@ pub fn one_line_documents(dir: &Path, len: std::ops::Range<usize>, most: usize) 
 }
 
 /// One loader per rank of a world of `w`, fresh or resumed from `resume`.
-pub fn loaders(spec: &zephon::Spec, w: u32, threads: usize, resume: Option<&Path>) -> Vec<zephon::Loader> {
-    (0..w)
-        .map(|r| {
-            let mut exec = spec.exec();
-            exec.threads = threads;
-            let p = spec.pipeline().unwrap().exec(exec);
-            let t = spec.topology(w, r).unwrap();
-            match resume {
-                Some(d) => p.restore(t, d).unwrap(),
-                None => p.build(t).unwrap(),
-            }
-        })
-        .collect()
+pub fn loaders(spec: &zephon::Spec, w: u32, threads: usize, resume: Option<&Path>) -> Ranks<zephon::Loader> {
+    zephon::testing::loaders(spec, w, threads, resume).unwrap()
 }

@@ -6,6 +6,7 @@ use std::io::BufRead;
 use std::path::Path;
 
 use zephon::*;
+use zephon_testkit::SpecText;
 
 use crate::*;
 
@@ -107,38 +108,43 @@ fn the_spec_reads_stored_ids_with_a_pretokenized_section() {
     let tok_path = zephon_testkit::testdata().join("tokenizers/gpt2/tokenizer.json");
     let tok = Tokenizer::from_file(&tok_path).unwrap();
     let (text, ids) = corpus(dir.path(), &tok);
-    let spec = |path: &Path, first: &str| {
-        parse(&format!(
-            "seed = 7\nlanes = 2\nrows_per_step = 4\n[[dataset]]\nname = \"a\"\npath = \"{}\"\nweight = 1.0\n\
-             [source]\nchunk_size = 4\n{first}\n[pack]\nalgorithm = \"first_fit\"\nseq_len = 128\npad_id = 50256\n\
-             [run]\nthreads = 2\n",
-            path.display()
-        ))
+    // `first`: what reads the dataset's tokens, and its [source] settings.
+    let spec = |path: &Path, first: &dyn Fn(SpecText) -> SpecText| {
+        let text = SpecText::new(2, 4).seed(7).dataset("a", path).weight(1.0).chunk_size(4);
+        parse(&first(text).pack("first_fit", 128).set("pack", "pad_id", 50256).threads(2).text())
     };
     let steps = |s: zephon::Spec| {
         let mut l = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).unwrap();
         fingerprints(&mut l, 12)
     };
-    let tokenize = format!("[tokenize]\ntokenizer = \"{}\"\neos = \"<|endoftext|>\"", tok_path.display());
-    let pretokenized = "[pretokenized]\nfield = \"input_ids\"\neos = 50256\nvocab_size = 50257";
-    assert_eq!(steps(spec(&ids, pretokenized)), steps(spec(&text, &tokenize)));
+    let tokenize = |s: SpecText| s.tokenizer(&tok_path, "<|endoftext|>");
+    let pretokenized = |s: SpecText| {
+        s.set("pretokenized", "field", "input_ids").set("pretokenized", "eos", 50256).set(
+            "pretokenized",
+            "vocab_size",
+            50257,
+        )
+    };
+    assert_eq!(steps(spec(&ids, &pretokenized)), steps(spec(&text, &tokenize)));
 
     // Finite stored ids: the end is shared by estimates unless asked; a row measure, which
     // reads the text, is refused rather than ignored.
-    let finite = |balance: &str| spec(&ids, &format!("exhaustion = \"stop\"\n{balance}\n{pretokenized}"));
-    let s = finite("");
+    let finite = |balance: Option<&str>| {
+        spec(&ids, &|s| {
+            let s = s.set("source", "exhaustion", "stop");
+            pretokenized(match balance {
+                Some(b) => s.set("source", "balance", b),
+                None => s,
+            })
+        })
+    };
+    let s = finite(None);
     assert!(s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).is_ok());
-    let s = finite("balance = \"row_tokens\"");
+    let s = finite(Some("row_tokens"));
     let err = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("RowTokens") && err.contains("tokenize step"), "{err}");
 
-    let both = format!("{tokenize}\n{pretokenized}");
-    let err = zephon::Spec::parse(
-        &format!("lanes = 1\nrows_per_step = 1\n[[dataset]]\nname = \"a\"\npath = \"x\"\nweight = 1.0\n{both}\n"),
-        "both.toml",
-        Path::new("/"),
-    )
-    .unwrap_err()
-    .to_string();
+    let both = pretokenized(tokenize(SpecText::new(1, 1).dataset("a", "x").weight(1.0)));
+    let err = zephon::Spec::parse(&both.text(), "both.toml", Path::new("/")).unwrap_err().to_string();
     assert!(err.contains("both.toml") && err.contains("without [tokenize]"), "{err}");
 }

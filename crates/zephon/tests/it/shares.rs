@@ -6,7 +6,9 @@
 
 use std::path::Path;
 
-use zephon::{Loader, Spec};
+use zephon::testing::{self, Ranks};
+use zephon::{Loader, LocalStep, Spec};
+use zephon_testkit::SpecText;
 
 use crate::*;
 
@@ -26,75 +28,47 @@ const TOKENIZERS: [Tok; 2] =
     [Tok { file: "gpt2", eos: "<|endoftext|>", pad: 50256 }, Tok { file: "llama2", eos: "</s>", pad: 0 }];
 
 fn mix_spec(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> Spec {
-    parse(&mix_spec_text(short, tok, lanes, algorithm, shuffle))
+    parse(&mix_spec_text(short, tok, lanes, algorithm, shuffle).text())
 }
 
-fn mix_spec_text(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> String {
+/// Long documents (corpus B) against the one-line ones in `short`, 30 / 70, held by
+/// `ensure_mixture`, packed by `algorithm`, then shuffled in a buffer of `shuffle` rows if any.
+fn mix_spec_text(short: &Path, tok: &Tok, lanes: u32, algorithm: &str, shuffle: Option<u32>) -> SpecText {
     let data = zephon_testkit::testdata();
-    let shuffle = shuffle.map_or(String::new(), |b| format!("[shuffle]\nbuffer = {b}\n"));
-    format!(
-        r#"seed = 5
-lanes = {lanes}
-rows_per_step = 16
-
-[[dataset]]
-name = "long"
-path = "{long}"
-share = 0.3
-
-[[dataset]]
-name = "short"
-path = "{short}"
-share = 0.7
-
-[source]
-chunk_size = 64
-
-[tokenize]
-tokenizer = "{tokenizer}"
-eos = "{eos}"
-
-[ensure_mixture]
-slack_tokens = {SLACK}
-
-[pack]
-algorithm = "{algorithm}"
-seq_len = {SEQ_LEN}
-pad_id = {pad}
-
-{shuffle}
-[run]
-threads = 2
-"#,
-        long = data.join("corpora/b/jsonl").display(),
-        short = short.display(),
-        tokenizer = data.join(format!("tokenizers/{}/tokenizer.json", tok.file)).display(),
-        eos = tok.eos,
-        pad = tok.pad,
-    )
+    let text = SpecText::new(lanes, 16)
+        .seed(5)
+        .dataset("long", data.join("corpora/b/jsonl"))
+        .share(0.3)
+        .dataset("short", short)
+        .share(0.7)
+        .chunk_size(64)
+        .tokenizer(data.join(format!("tokenizers/{}/tokenizer.json", tok.file)), tok.eos)
+        .set("ensure_mixture", "slack_tokens", SLACK)
+        .pack(algorithm, SEQ_LEN)
+        .set("pack", "pad_id", tok.pad);
+    let text = match shuffle {
+        Some(b) => text.shuffle(u64::from(b)),
+        None => text,
+    };
+    text.threads(2)
 }
 
-/// After each of `steps` steps of `loaders` (all ranks), how far each dataset is ahead of
-/// its share of all tokens delivered so far; and the global step fingerprints.
-fn ahead_by_step(loaders: &mut [Loader], steps: u64, shares: [f64; 2]) -> (Vec<[f64; 2]>, Vec<zephon::Digest>) {
+/// After each of `steps` steps of all ranks, how far each dataset is ahead of its share of all
+/// tokens delivered so far; and the global step fingerprints.
+fn ahead_by_step(ranks: &mut Ranks<Loader>, steps: u64, shares: [f64; 2]) -> (Vec<[f64; 2]>, Vec<zephon::Digest>) {
     let mut tokens = [0u64; 2];
     let mut ahead = Vec::new();
-    let mut prints = Vec::new();
-    for _ in 0..steps {
-        let mut digests = Vec::new();
-        for l in loaders.iter_mut() {
-            let step = l.next_step().unwrap().unwrap();
-            for row in step.rows() {
-                for f in row.lineage().fragments() {
-                    tokens[f.sample.dataset as usize] += u64::from(f.len());
-                }
+    let each = |parts: &[LocalStep]| {
+        for row in parts.iter().flat_map(LocalStep::rows) {
+            for f in row.lineage().fragments() {
+                tokens[f.sample.dataset as usize] += u64::from(f.len());
             }
-            digests.extend(step.lane_digests().map(|x| x.1));
         }
         let total = (tokens[0] + tokens[1]) as f64;
         ahead.push([0, 1].map(|d| tokens[d] as f64 - shares[d] * total));
-        prints.push(zephon::step_fingerprint(&digests));
-    }
+        testing::fingerprint(parts)
+    };
+    let prints = ranks.steps_exactly(steps, each).unwrap();
     (ahead, prints)
 }
 
@@ -150,9 +124,7 @@ fn after_a_shuffle_buffer_the_bound_holds_at_any_lane_count_and_across_a_resume(
                     let ckpt = tmp();
                     let mut two = loaders(&spec, 2, 1, None);
                     let (_, head) = ahead_by_step(&mut two, 50, [0.3, 0.7]);
-                    two.iter().for_each(|l| {
-                        l.checkpoint(ckpt.path()).unwrap();
-                    });
+                    two.checkpoint(ckpt.path()).unwrap();
                     let (_, tail) = ahead_by_step(&mut loaders(&spec, 4, 2, Some(ckpt.path())), 70, [0.3, 0.7]);
                     assert_eq!([head, tail].concat(), prints, "W=2 to step 50, resumed on W=4");
                 }
@@ -169,7 +141,7 @@ fn token_estimates_count_the_tokens_tokenize_adds_to_every_document() {
     let dir = tmp();
     let short = one_line_documents(dir.path(), 20..200, 200_000);
     let spec = mix_spec(&short, &TOKENIZERS[0], 1, "wrap", None);
-    let loader = loaders(&spec, 1, 1, None).remove(0);
+    let loader = loaders(&spec, 1, 1, None).into_ranks().remove(0);
     let estimate = loader.token_estimates().unwrap()[1].clone();
     assert_eq!(estimate.added_per_row, 1.0, "{estimate:?}");
     let tokenizer =
@@ -200,10 +172,12 @@ fn a_truncating_pipeline_plans_the_tokens_truncation_keeps() {
     for tok in &TOKENIZERS {
         // Wrap holds one partial row a lane, so the output shows the plan (best-fit's open rows
         // would hold short documents back for a while).
-        let text = mix_spec_text(&short, tok, 4, "wrap", None)
-            .replace(&format!("[ensure_mixture]\nslack_tokens = {SLACK}\n"), "")
-            .replace("[pack]\n", "[pack]\nlong_documents = \"truncate\"\n");
-        let spec = parse(&text);
+        let text = mix_spec_text(&short, tok, 4, "wrap", None).without("ensure_mixture").set(
+            "pack",
+            "long_documents",
+            "truncate",
+        );
+        let spec = parse(&text.text());
         let plan = spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap();
         assert!(plan.contains("each row cut to at most 1024"), "{plan}");
         let mut loaders = loaders(&spec, 1, 2, None);

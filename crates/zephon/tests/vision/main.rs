@@ -11,8 +11,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use zephon::lane_core::{SampleId, Value, step_fingerprint};
-use zephon::{Spec, Topology};
+use zephon::lane_core::{SampleId, Value};
+use zephon::{Spec, Topology, testing};
+use zephon_testkit::SpecText;
 
 const IMAGE_TOKEN: u32 = 50257;
 
@@ -54,50 +55,31 @@ fn interleaved(dir: &Path) -> PathBuf {
     path
 }
 
-fn spec(dir: &Path, lanes: u32, rows: u32, source: &str, run: &str) -> Spec {
+/// The vision-language spec over both datasets at `lanes` lanes and `rows` rows a step, with
+/// what a test varies (`[source]` and `[run]` settings) set by `vary`.
+fn spec(dir: &Path, lanes: u32, rows: u32, vary: impl FnOnce(SpecText) -> SpecText) -> Spec {
     let tok = tokenizer_with_image_token(dir);
     let parquet = zephon_testkit::testdata().join("images/captioned/parquet");
-    let text = format!(
-        r#"seed = 5
-lanes = {lanes}
-rows_per_step = {rows}
-[[dataset]]
-name = "captions"
-path = "{}"
-weight = 1.0
-text_field = "caption"
-images = "image"
-[[dataset]]
-name = "interleaved"
-path = "{}"
-weight = 1.0
-images = "images"
-[source]
-chunk_size = 2
-{source}
-[images]
-size = 56
-fit = "center_crop"
-layout = "vit"
-patch = 14
-[tokenize]
-tokenizer = "{}"
-eos = "<|endoftext|>"
-image_token = "<image>"
-[pack]
-algorithm = "best_fit"
-bins = 4
-seq_len = 96
-[shuffle]
-buffer = 2
-[run]
-{run}
-"#,
-        parquet.display(),
-        interleaved(dir).display(),
-        tok.display()
-    );
-    Spec::parse(&text, "vision.toml", "/".as_ref()).unwrap()
+    let text = SpecText::new(lanes, rows)
+        .seed(5)
+        .dataset("captions", parquet)
+        .weight(1.0)
+        .dataset_key("text_field", "caption")
+        .dataset_key("images", "image")
+        .dataset("interleaved", interleaved(dir))
+        .weight(1.0)
+        .dataset_key("images", "images")
+        .chunk_size(2)
+        .set("images", "size", 56)
+        .set("images", "fit", "center_crop")
+        .set("images", "layout", "vit")
+        .set("images", "patch", 14)
+        .tokenizer(tok, "<|endoftext|>")
+        .set("tokenize", "image_token", "<image>")
+        .pack("best_fit", 96)
+        .set("pack", "bins", 4)
+        .shuffle(2);
+    Spec::parse(&vary(text).text(), "vision.toml", "/".as_ref()).unwrap()
 }
 
 /// Global fingerprints of steps `from..to` at world size `w` (every rank in this process),
@@ -111,38 +93,11 @@ fn run(
     resume: Option<&Path>,
     save: Option<&Path>,
 ) -> Vec<zephon::Digest> {
-    let mut loaders: Vec<_> = (0..w)
-        .map(|r| {
-            let mut exec = spec.exec();
-            exec.threads = threads;
-            let p = spec.pipeline().unwrap().exec(exec);
-            let t = spec.topology(w, r).unwrap();
-            match resume {
-                Some(d) => p.restore(t, d).unwrap(),
-                None => p.build(t).unwrap(),
-            }
-        })
-        .collect();
-    let mut out = Vec::new();
-    while loaders[0].position().0 < to {
-        let mut digests = Vec::new();
-        for l in &mut loaders {
-            let step = l.next_step().unwrap().unwrap();
-            let rows: Vec<_> =
-                step.microbatches(mb).unwrap().iter().flat_map(|m| m.rows().iter().map(|r| (*r).clone())).collect();
-            let mut at = 0;
-            for lane in step.lanes() {
-                let n = lane.rows().len();
-                digests.push(zephon::lane_core::lane_digest(&rows[at..at + n]));
-                at += n;
-            }
-        }
-        out.push(step_fingerprint(&digests));
-    }
+    let mut ranks = testing::loaders(spec, w, threads, resume).unwrap();
+    let n = to.saturating_sub(ranks.position().0);
+    let out = ranks.steps_exactly(n, |parts| testing::fingerprint_through_microbatches(parts, mb).unwrap()).unwrap();
     if let Some(d) = save {
-        for l in &loaders {
-            l.checkpoint(d).unwrap();
-        }
+        ranks.checkpoint(d).unwrap();
     }
     out
 }
@@ -150,7 +105,7 @@ fn run(
 #[test]
 fn vlm_steps_are_the_same_at_every_world_size_thread_count_microbatch_and_resume() {
     let dir = tempfile::tempdir().unwrap();
-    let s = spec(dir.path(), 8, 8, "exhaustion = \"repeat\"", "threads = 2");
+    let s = spec(dir.path(), 8, 8, |s| s.set("source", "exhaustion", "repeat").threads(2));
     let steps = 5;
     let reference = run(&s, 1, 1, steps, 8, None, None);
     for (w, threads, mb) in [(1, 2, 2), (2, 1, 4), (4, 2, 1), (8, 1, 1)] {
@@ -166,7 +121,9 @@ fn vlm_steps_are_the_same_at_every_world_size_thread_count_microbatch_and_resume
 #[test]
 fn every_image_is_delivered_once_per_epoch_whole_on_its_placeholders() {
     let dir = tempfile::tempdir().unwrap();
-    let s = spec(dir.path(), 4, 4, "exhaustion = \"redistribute\"\npasses = 1", "threads = 2\ntail = \"partial\"");
+    let s = spec(dir.path(), 4, 4, |s| {
+        s.set("source", "exhaustion", "redistribute").set("source", "passes", 1).threads(2).tail("partial")
+    });
     // Which images exist: 43 captioned photos, and 43 more in the interleaved documents.
     let mut seen: BTreeMap<(SampleId, u32), u32> = BTreeMap::new();
     for (w, resume_at) in [(1u32, None), (2, Some(3u64))] {
@@ -275,7 +232,7 @@ fn bad_images_name_dataset_shard_row_and_image_or_are_counted_skips() {
 #[test]
 fn image_settings_without_effect_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let base = spec(dir.path(), 2, 2, "", "threads = 1");
+    let base = spec(dir.path(), 2, 2, |s| s.threads(1));
     let text = |images: &str, tokenize_extra: &str| {
         let tok = tokenizer_with_image_token(dir.path());
         let data = zephon_testkit::testdata().join("images/captioned/parquet");
