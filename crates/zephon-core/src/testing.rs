@@ -37,6 +37,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use ranks::{Rank, Ranks, RanksError, fingerprint, fingerprint_through_microbatches};
+pub use zephon_operator::testing::Violation;
 
 use crate::engine::{BadRecords, ExecOptions, RunSpec, Tail};
 use crate::error::OpError;
@@ -88,7 +89,11 @@ pub fn check_in_engine<O: Operator>(
     make: impl Fn() -> O,
     datasets: Datasets,
     options: CheckOptions,
-) -> Result<CheckReport, String> {
+) -> Result<CheckReport, Violation> {
+    check(make, datasets, options).map_err(Violation)
+}
+
+fn check<O: Operator>(make: impl Fn() -> O, datasets: Datasets, options: CheckOptions) -> Result<CheckReport, String> {
     let o = options;
     let make = Arc::new(move || -> Arc<dyn Operator> { Arc::new(make()) });
     let ws: Vec<u32> = [1, 2, 4, 8].into_iter().filter(|w| o.lanes.is_multiple_of(*w)).collect();
