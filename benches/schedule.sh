@@ -4,7 +4,7 @@
 #
 # 1. The realised mixture per segment of a curriculum, against its targets: corpus B's long
 #    documents and one-line documents of corpus A, 30 / 70 for STEPS/2 steps, then 70 / 30,
-#    with G ramping 16 → 32 → 64 rows a step. `zephon run --report` counts every dataset's
+#    with G ramping ×2 twice, at L = 8 (16 → 64 rows a step) and L = 1 (2 → 8). `zephon run --report` counts every dataset's
 #    tokens in each segment's steps from the rows' lineage and measures the transition after
 #    each change (the fewest steps after which the bound L × (slack + seq_len) holds to the
 #    segment's end) and the largest deviation after it.
@@ -40,10 +40,10 @@ with open(sys.argv[2], "w") as out:
                     out.write(json.dumps({"text": l}) + "\n")
 EOF
 
-spec() { # rows_per_step-schedule shares-switch-step seq_len shuffle_total
+spec() { # rows_per_step-schedule shares-switch-step seq_len shuffle_total lanes
     cat <<SPEC
 seed = 7
-lanes = 8
+lanes = $5
 [[dataset]]
 name = "long"
 path = "$DATA/corpora/b/jsonl"
@@ -67,10 +67,13 @@ shares = [[0, { long = 0.3, short = 0.7 }], [$2, { long = 0.7, short = 0.3 }]]
 SPEC
 }
 
-echo "== 1. the realised mixture per segment ($STEPS steps; shares switch at $((STEPS / 2)); G 16 → 32 → 64 at $((STEPS / 4)) and $((3 * STEPS / 4)))"
-spec "[[0, 16], [$((STEPS / 4)), 32], [$((3 * STEPS / 4)), 64]]" $((STEPS / 2)) 1024 64 > "$TMP/curriculum.toml"
-"$BIN" run --spec "$TMP/curriculum.toml" --steps "$STEPS" --quiet --report "$TMP/curriculum.json"
-python3 - "$TMP/curriculum.json" <<'EOF'
+segments() { # lanes rows-per-lane
+    local l=$1 r=$2
+    echo "-- L = $l: G $((l * r)) → $((2 * l * r)) → $((4 * l * r)) rows at steps $((STEPS / 4)) and $((3 * STEPS / 4)), shuffle buffer 64 rows a lane"
+    spec "[[0, $((l * r))], [$((STEPS / 4)), $((2 * l * r))], [$((3 * STEPS / 4)), $((4 * l * r))]]" $((STEPS / 2)) 1024 $((64 * l)) "$l" \
+        > "$TMP/curriculum-$l.toml"
+    "$BIN" run --spec "$TMP/curriculum-$l.toml" --steps "$STEPS" --quiet --world-size 1 --rank 0 --report "$TMP/curriculum-$l.json"
+    python3 - "$TMP/curriculum-$l.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"{'segment':>14} {'targets':>13} {'delivered':>13} {'transition':>10} {'after it':>13} {'worst':>8} {'bound':>7}")
@@ -82,19 +85,25 @@ for g in r["segments"]:
 print(f"tokens/s {r['tokens_per_s']:.0f}, dropped by ensure_mixture: "
       f"{sum(d['dropped_tokens'] for d in r['data']['datasets'])} tokens")
 EOF
+}
+
+echo "== 1. the realised mixture per segment ($STEPS steps; shares 30 / 70 switch to 70 / 30 at step $((STEPS / 2)))"
+segments 8 2
+segments 1 2
 
 echo
 echo "== 2. restore time at step 10 and at step $FAR of one schedule ($ROUNDS alternating rounds)"
-spec "[[0, 8], [$((FAR / 2)), 16]]" $((FAR * 3 / 5)) 64 8 > "$TMP/far.toml"
-"$BIN" run --spec "$TMP/far.toml" --steps 10 --quiet --checkpoint-at 10 --checkpoint-dir "$TMP/ck"
+spec "[[0, 8], [$((FAR / 2)), 16]]" $((FAR * 3 / 5)) 64 8 8 > "$TMP/far.toml"
+W=(--world-size 1 --rank 0)
+"$BIN" run --spec "$TMP/far.toml" --steps 10 --quiet "${W[@]}" --checkpoint-at 10 --checkpoint-dir "$TMP/ck"
 start=$(date +%s.%N)
-"$BIN" run --spec "$TMP/far.toml" --steps "$FAR" --quiet --checkpoint-at "$FAR" --checkpoint-dir "$TMP/ck"
+"$BIN" run --spec "$TMP/far.toml" --steps "$FAR" --quiet "${W[@]}" --checkpoint-at "$FAR" --checkpoint-dir "$TMP/ck"
 echo "(the run to step $FAR took $(python3 -c "import time; print(f'{time.time() - $start:.0f}')") s)"
 for round in $(seq 1 "$ROUNDS"); do
     for at in 10 "$FAR"; do
         d=$(printf '%s/ck/step-%08d' "$TMP" "$at")
         s=$(date +%s.%N)
-        "$BIN" run --spec "$TMP/far.toml" --steps $((at + 1)) --quiet --resume-from "$d" --report "$TMP/r.json"
+        "$BIN" run --spec "$TMP/far.toml" --steps $((at + 1)) --quiet "${W[@]}" --resume-from "$d" --report "$TMP/r.json"
         e=$(date +%s.%N)
         python3 - "$TMP/r.json" "$at" "$s" "$e" "$round" "$(du -sb "$d" | cut -f1)" <<'EOF'
 import json, sys
