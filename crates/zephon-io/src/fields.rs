@@ -21,6 +21,12 @@ pub struct Fields {
     /// an object, is a bad record; a Parquet file without the column is refused when it is
     /// opened.
     pub extra: Vec<String>,
+    /// Fields to copy as their JSON text, whatever they hold (a conversation's list of
+    /// messages, nested objects): in JSONL the value as written (keys in their order); in
+    /// Parquet a column of any type, nested lists and structs included, written as JSON with
+    /// the struct's field order; in a WebDataset tar a key of the sample's `KEY.json`. A row
+    /// without the field, or with it null, has no such value.
+    pub json: Vec<String>,
     /// Where each row's images come from, or `None` to read none (rows then carry no
     /// attachments). Every image becomes one unplaced attachment of
     /// kind `image`, numbered from 0 in the row's order, with the values `bytes` (the encoded
@@ -53,7 +59,14 @@ pub struct Fields {
 
 impl Default for Fields {
     fn default() -> Self {
-        Fields { text: Some("text".into()), extra: Vec::new(), images: None, allow_empty: false, max_row_bytes: None }
+        Fields {
+            text: Some("text".into()),
+            extra: Vec::new(),
+            json: Vec::new(),
+            images: None,
+            allow_empty: false,
+            max_row_bytes: None,
+        }
     }
 }
 
@@ -77,9 +90,14 @@ pub(crate) enum Cell {
 }
 
 impl Fields {
-    /// Every field name to read, text first.
+    /// Every field name to read: the text, the extra fields, then the JSON fields.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.text.iter().chain(self.extra.iter()).map(String::as_str)
+        self.text.iter().chain(self.extra.iter()).chain(self.json.iter()).map(String::as_str)
+    }
+
+    /// The index in [`Fields::names`] of the first JSON field.
+    pub(crate) fn json_from(&self) -> usize {
+        usize::from(self.text.is_some()) + self.extra.len()
     }
 
     pub(crate) fn handles(&self) -> Vec<Field> {

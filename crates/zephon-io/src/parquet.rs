@@ -284,7 +284,8 @@ impl ParquetDataset {
             })
             .ok_or_else(|| OpError::Fatal(format!("{}: row group {rg} decoded short", shard.path.display())))?;
         let mut cells = Vec::with_capacity(self.handles.len());
-        for name in &self.handles {
+        let json_from = self.fields.json_from();
+        for (k, name) in self.handles.iter().enumerate() {
             // Every requested column was checked to exist at open and is in the projection.
             let col = batch.column_by_name(name.as_str()).ok_or_else(|| {
                 OpError::Fatal(format!(
@@ -293,7 +294,7 @@ impl ParquetDataset {
                     name
                 ))
             })?;
-            cells.push(value_at(col.as_ref(), local));
+            cells.push(if k >= json_from { json_at(col.as_ref(), local) } else { value_at(col.as_ref(), local) });
         }
         let found = match &self.images {
             Some((column, _)) => {
@@ -349,6 +350,8 @@ fn open_shard(name: &str, path: &Path, fields: &Fields, cache: &Path) -> crate::
         let t = schema.field(i).data_type();
         let expected = if k == usize::MAX {
             parquet_images::check_type(t)
+        } else if k >= fields.json_from() {
+            check_json_type(t)
         } else if is_text {
             check_text_type(t)
         } else {
@@ -464,6 +467,93 @@ fn check_type(t: &DataType) -> Result<(), String> {
                   (token ids) and HF image structs (struct<bytes: binary, ...>)"
             .into()),
     }
+}
+
+/// A JSON field may be any column whose values can be written as JSON: scalars, and lists and
+/// structs of them, however nested.
+fn check_json_type(t: &DataType) -> Result<(), String> {
+    match t {
+        DataType::Null | DataType::Boolean | DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok(()),
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => Ok(()),
+        t if is_integer(t) => Ok(()),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => check_json_type(f.data_type()),
+        DataType::Struct(children) => children.iter().try_for_each(|c| check_json_type(c.data_type())),
+        other => Err(format!("a JSON field is written from scalars, lists and structs, not {other}")),
+    }
+}
+
+/// Row `i` of `col` (a JSON field) as JSON text: structs keep their field order.
+fn json_at(col: &dyn Array, i: usize) -> Cell {
+    if col.is_null(i) {
+        return Cell::Null;
+    }
+    let mut out = String::new();
+    match write_json(col, i, &mut out) {
+        Ok(()) => Cell::Value(Value::text(out)),
+        Err(what) => Cell::Unsupported(what),
+    }
+}
+
+fn write_json(col: &dyn Array, i: usize, out: &mut String) -> Result<(), &'static str> {
+    use std::fmt::Write as _;
+    if col.is_null(i) {
+        out.push_str("null");
+        return Ok(());
+    }
+    let text = |s: &str, out: &mut String| out.push_str(&serde_json::Value::from(s).to_string());
+    let float = |f: f64, out: &mut String| match serde_json::Number::from_f64(f) {
+        Some(n) => out.push_str(&n.to_string()),
+        None => out.push_str("null"),
+    };
+    let list = |items: &dyn Array, out: &mut String| -> Result<(), &'static str> {
+        out.push('[');
+        for j in 0..items.len() {
+            if j > 0 {
+                out.push(',');
+            }
+            write_json(items, j, out)?;
+        }
+        out.push(']');
+        Ok(())
+    };
+    match col.data_type() {
+        DataType::Null => out.push_str("null"),
+        DataType::Boolean => out.push_str(if col.as_boolean().value(i) { "true" } else { "false" }),
+        DataType::Utf8 => text(col.as_string::<i32>().value(i), out),
+        DataType::LargeUtf8 => text(col.as_string::<i64>().value(i), out),
+        DataType::Utf8View => text(col.as_string_view().value(i), out),
+        DataType::Float16 => {
+            float(f64::from(col.as_primitive::<arrow_array::types::Float16Type>().value(i).to_f32()), out)
+        }
+        DataType::Float32 => float(f64::from(col.as_primitive::<Float32Type>().value(i)), out),
+        DataType::Float64 => float(col.as_primitive::<Float64Type>().value(i), out),
+        DataType::List(_) => list(col.as_list::<i32>().value(i).as_ref(), out)?,
+        DataType::LargeList(_) => list(col.as_list::<i64>().value(i).as_ref(), out)?,
+        DataType::FixedSizeList(_, _) => list(col.as_fixed_size_list().value(i).as_ref(), out)?,
+        DataType::Struct(fields) => {
+            let s = col.as_struct();
+            out.push('{');
+            for (j, (f, c)) in fields.iter().zip(s.columns()).enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                text(f.name(), out);
+                out.push(':');
+                write_json(c.as_ref(), i, out)?;
+            }
+            out.push('}');
+        }
+        _ => match value_at(col, i) {
+            Cell::Value(Value::Int(n)) => {
+                let _ = write!(out, "{n}");
+            }
+            Cell::TooBig(n) => {
+                let _ = write!(out, "{n}");
+            }
+            _ => return Err("a value zephon cannot write as JSON"),
+        },
+    }
+    Ok(())
 }
 
 fn is_integer(t: &DataType) -> bool {

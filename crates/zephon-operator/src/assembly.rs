@@ -21,6 +21,8 @@ pub struct Offer {
     pub held_positions: Option<u64>,
     /// The length it cuts longer documents to (a truncating packer).
     pub truncates_to: Option<u64>,
+    /// The tokens of the rows it makes (a packer's sequence length).
+    pub row_length: Option<usize>,
     /// The token-share slack it keeps (`ensure_mixture`), which a reorder after it should keep.
     pub share_slack: Option<u64>,
     /// The attachment kind it decodes (`image`), which an operator placing those attachments
@@ -45,6 +47,13 @@ impl Offer {
     #[must_use]
     pub fn with_held_positions(mut self, n: u64) -> Self {
         self.held_positions = Some(n);
+        self
+    }
+
+    /// Offers the length of the rows it makes.
+    #[must_use]
+    pub fn with_row_length(mut self, n: usize) -> Self {
+        self.row_length = Some(n);
         self
     }
 

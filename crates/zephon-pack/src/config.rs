@@ -140,6 +140,10 @@ pub struct PackOptions {
     /// GPT-2 on corpora A + B: fill 0.967 over the first 3 steps, 0.9965 over 30, against 1.0).
     /// A function of the lane's own stream, like everything a packer does.
     pub warm_up: bool,
+    /// With a per-token loss mask on the input (`loss_mask`, a chat conversation's), whether
+    /// labels are `ignore_index` where the mask is 0, not only `loss_mask`: for a trainer whose
+    /// loss reads labels alone.
+    pub mask_labels: bool,
 }
 
 /// Default [`PackOptions::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
@@ -167,6 +171,7 @@ impl PackOptions {
             input_field: "tokens".into(),
             end_of_data: EndOfData::KeepPieces,
             warm_up: false,
+            mask_labels: false,
         }
     }
 
@@ -223,6 +228,9 @@ impl PackOptions {
         }
         if self.warm_up && self.algorithm != Algorithm::Wrap {
             s = s.set("warm_up", "doubling");
+        }
+        if self.mask_labels {
+            s = s.set("mask_labels", true);
         }
         s
     }

@@ -1,6 +1,6 @@
 //! The input side: checking a tokenized record and cutting it into pieces that fit a row.
 
-use zephon_operator::{Attachment, Buffer, Fragment, Record, Value, slice_attachments};
+use zephon_operator::{Attachment, Buffer, Fragment, Record, Value, columns, slice_attachments};
 
 use crate::config::LongerThanRow;
 use crate::error::PackError;
@@ -14,6 +14,8 @@ use crate::error::PackError;
 pub(crate) struct Piece {
     pub fragment: Fragment,
     pub tokens: Buffer<u32>,
+    /// The input's per-token loss mask (1: the loss is on this token), when it has one.
+    pub mask: Option<Buffer<u8>>,
     pub attachments: Vec<Attachment>,
 }
 
@@ -49,6 +51,19 @@ pub(crate) fn read_piece(mut record: Record, field: &str) -> Result<Option<Piece
     if let Some(&id) = tokens.iter().find(|&&t| t > i32::MAX as u32) {
         return Err(PackError::TokenTooLarge { lineage: record_name(&record), id });
     }
+    let mask = match record.take(columns::LOSS_MASK) {
+        None => None,
+        Some(Value::Seq(a)) if a.shape().ndim() == 1 && a.buffer::<u8>().is_some_and(|m| m.len() == tokens.len()) => {
+            a.buffer::<u8>().cloned()
+        }
+        Some(other) => {
+            return Err(PackError::WrongType {
+                lineage: record_name(&record),
+                field: columns::LOSS_MASK.into(),
+                found: format!("{} (a u8 per token is expected)", other.describe()),
+            });
+        }
+    };
     let n = tokens.len() as u32;
     let attachments = record.take_attachments();
     for a in &attachments {
@@ -67,7 +82,7 @@ pub(crate) fn read_piece(mut record: Record, field: &str) -> Result<Option<Piece
             }
         }
     }
-    Ok((!tokens.is_empty()).then_some(Piece { fragment, tokens, attachments }))
+    Ok((!tokens.is_empty()).then_some(Piece { fragment, tokens, mask, attachments }))
 }
 
 impl Piece {
@@ -92,7 +107,11 @@ impl Piece {
             .ok_or_else(|| bad(format!("cut {start}..{end} outside the piece")))?;
         let attachments =
             slice_attachments(&self.attachments, s, e, self.len() as u32).map_err(|e| bad(e.to_string()))?;
-        Ok(Piece { fragment, tokens, attachments })
+        let mask = match &self.mask {
+            Some(m) => Some(m.slice(start..end).ok_or_else(|| bad(format!("cut {start}..{end} outside the mask")))?),
+            None => None,
+        };
+        Ok(Piece { fragment, tokens, mask, attachments })
     }
 
     /// The largest position at or before `at` that does not fall inside an atomic attachment.
@@ -163,7 +182,7 @@ mod tests {
     }
 
     fn piece(f: Fragment, tokens: Vec<u32>) -> Piece {
-        Piece { fragment: f, tokens: tokens.into(), attachments: Vec::new() }
+        Piece { fragment: f, tokens: tokens.into(), mask: None, attachments: Vec::new() }
     }
 
     #[test]

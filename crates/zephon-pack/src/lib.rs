@@ -134,7 +134,7 @@ impl Operator for Pack {
     }
 
     fn offer(&self) -> Offer {
-        let offer = Offer::none().with_held_positions(self.holds_positions());
+        let offer = Offer::none().with_held_positions(self.holds_positions()).with_row_length(self.config.seq_len);
         match self.config.longer_than_row {
             LongerThanRow::Truncate => offer.with_truncation(self.config.seq_len as u64),
             LongerThanRow::Split => offer,

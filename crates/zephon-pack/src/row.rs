@@ -23,6 +23,9 @@ pub use zephon_operator::columns::{
 pub(crate) struct OpenRow {
     fragments: Vec<Fragment>,
     tokens: Vec<u32>,
+    /// The pieces' loss masks, from the first piece that has one (pieces before it, and any
+    /// without, are all 1).
+    mask: Option<Vec<u8>>,
     attachments: Vec<Attachment>,
     /// T: the token buffer never grows past it (a row never holds more).
     limit: usize,
@@ -35,6 +38,7 @@ impl OpenRow {
         OpenRow {
             fragments: Vec::new(),
             tokens: Vec::with_capacity(config.seq_len),
+            mask: None,
             attachments: Vec::new(),
             limit: config.seq_len,
         }
@@ -45,7 +49,13 @@ impl OpenRow {
     /// each would make 1,024 lanes of 64 open rows hold ~4 KiB per open row however little is
     /// in it.
     pub fn growing(config: &PackOptions) -> Self {
-        OpenRow { fragments: Vec::new(), tokens: Vec::new(), attachments: Vec::new(), limit: config.seq_len }
+        OpenRow {
+            fragments: Vec::new(),
+            tokens: Vec::new(),
+            mask: None,
+            attachments: Vec::new(),
+            limit: config.seq_len,
+        }
     }
 
     /// Tokens so far.
@@ -86,6 +96,16 @@ impl OpenRow {
             let room = (2 * self.tokens.capacity()).max(need).min(self.limit.max(need));
             self.tokens.reserve_exact(room - self.tokens.len());
         }
+        match (&mut self.mask, &piece.mask) {
+            (Some(m), Some(p)) => m.extend_from_slice(p),
+            (Some(m), None) => m.resize(need, 1),
+            (None, Some(p)) => {
+                let mut m = vec![1u8; self.tokens.len()];
+                m.extend_from_slice(p);
+                self.mask = Some(m);
+            }
+            (None, None) => {}
+        }
         self.tokens.extend_from_slice(&piece.tokens);
         for a in piece.attachments {
             let span = a.span().and_then(|s| s.shifted(offset)).ok_or_else(|| {
@@ -106,6 +126,7 @@ impl OpenRow {
     /// of the row's buffer), fragment, and attachments back at piece positions.
     pub fn into_pieces(self) -> Result<Vec<Piece>, PackError> {
         let tokens = Buffer::new(self.tokens);
+        let mask = self.mask.map(Buffer::new);
         let segment = Field::new(SEGMENT);
         let mut attachments = self.attachments.into_iter().peekable();
         let mut pieces = Vec::with_capacity(self.fragments.len());
@@ -122,7 +143,11 @@ impl OpenRow {
                 let atomic = a.is_atomic();
                 own.push(a.placed(span, atomic));
             }
-            pieces.push(Piece { fragment, tokens: piece_tokens, attachments: own });
+            let piece_mask = match &mask {
+                Some(m) => Some(m.slice(at..at + n).ok_or_else(lost)?),
+                None => None,
+            };
+            pieces.push(Piece { fragment, tokens: piece_tokens, mask: piece_mask, attachments: own });
             at += n;
         }
         Ok(pieces)
@@ -130,7 +155,7 @@ impl OpenRow {
 
     /// Lays out the row (its token buffer becomes `input_ids`).
     pub fn into_record(self, config: &PackOptions) -> Result<Record, PackError> {
-        assemble(config, &self.fragments, self.tokens, self.attachments)
+        assemble(config, &self.fragments, self.tokens, self.mask, self.attachments)
     }
 
     /// Appends a piece read back from a checkpoint or a rebuild, checking that it is exactly
@@ -169,11 +194,14 @@ pub(crate) fn rebuild(
 /// lineage from a foreign checkpoint).
 ///
 /// A position whose next token lies inside an attachment's span (an image placeholder) gets
-/// no label: the model is not trained to predict placeholders.
+/// no label: the model is not trained to predict placeholders. With a per-token loss `mask`
+/// (a chat conversation's), a position is trained on only when its next token, the label,
+/// is marked; with [`PackOptions::mask_labels`] the others' labels are `ignore_index` too.
 pub(crate) fn assemble(
     config: &PackOptions,
     fragments: &[Fragment],
     tokens: Vec<u32>,
+    mask: Option<Vec<u8>>,
     attachments: Vec<Attachment>,
 ) -> Result<Record, PackError> {
     let (t, s) = (config.seq_len, config.max_segments);
@@ -188,6 +216,13 @@ pub(crate) fn assemble(
         }
     }
     let total: usize = lens.iter().sum();
+    if mask.as_ref().is_some_and(|m| m.len() != tokens.len()) {
+        return Err(PackError::State(format!(
+            "a loss mask of {} for {} tokens",
+            mask.map_or(0, |m| m.len()),
+            tokens.len()
+        )));
+    }
     if total != tokens.len() || total > t {
         let n = tokens.len();
         return Err(PackError::State(format!("segments of {total} positions with {n} tokens do not fit a row of {t}")));
@@ -221,8 +256,11 @@ pub(crate) fn assemble(
             positions[i] = p as i32;
             segment_ids[i] = seg as i32 + 1;
             if p + 1 < len && !placeholder.get(i + 1).copied().unwrap_or(false) {
-                labels[i] = input_ids[i + 1] as i32;
-                loss_mask[i] = 1;
+                let trained = mask.as_ref().is_none_or(|m| m[i + 1] == 1);
+                if trained || !config.mask_labels {
+                    labels[i] = input_ids[i + 1] as i32;
+                }
+                loss_mask[i] = u8::from(trained);
             }
         }
         at += len;
@@ -265,9 +303,27 @@ mod tests {
     }
 
     #[test]
+    fn a_loss_mask_trains_only_on_marked_labels() {
+        let mut config = PackOptions::new(Algorithm::Wrap, 6);
+        config.max_segments = 2;
+        // Two segments: 3 tokens masked 0,1,1 and 2 tokens without a mask (all trained).
+        let mask = Some(vec![0, 1, 1, 1, 1]);
+        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 0, 2)], vec![10, 11, 12, 20, 21], mask.clone(), Vec::new())
+            .unwrap();
+        assert_eq!(r.get(LOSS_MASK), Some(&Value::array::<u8>(vec![1, 1, 0, 1, 0, 0])));
+        assert_eq!(r.get(LABELS), Some(&Value::array::<i32>(vec![11, 12, -100, 21, -100, -100])));
+        let masked = PackOptions { mask_labels: true, ..config.clone() };
+        let m0 = Some(vec![1, 0, 1, 1, 1]);
+        let r = assemble(&masked, &[frag(1, 0, 3), frag(2, 0, 2)], vec![10, 11, 12, 20, 21], m0, Vec::new()).unwrap();
+        assert_eq!(r.get(LOSS_MASK), Some(&Value::array::<u8>(vec![0, 1, 0, 1, 0, 0])));
+        assert_eq!(r.get(LABELS), Some(&Value::array::<i32>(vec![-100, 12, -100, 21, -100, -100])));
+        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1, 2], Some(vec![1]), Vec::new()).is_err());
+    }
+
+    #[test]
     fn lays_out_two_segments_and_padding() {
         let config = PackOptions { pad_id: 9, max_segments: 3, ..PackOptions::new(Algorithm::Wrap, 8) };
-        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21], Vec::new()).unwrap();
+        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21], None, Vec::new()).unwrap();
         assert_eq!(get(&r, INPUT_IDS), &Value::array::<u32>(vec![10, 11, 12, 20, 21, 9, 9, 9]));
         assert_eq!(get(&r, LABELS), &Value::array::<i32>(vec![11, 12, -100, 21, -100, -100, -100, -100]));
         assert_eq!(get(&r, POSITIONS), &Value::array::<i32>(vec![0, 1, 2, 0, 1, 0, 0, 0]));
@@ -282,23 +338,25 @@ mod tests {
     #[test]
     fn full_row_has_no_padding_sequence() {
         let config = PackOptions { max_segments: 2, ..PackOptions::new(Algorithm::Wrap, 4) };
-        let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4], Vec::new()).unwrap();
+        let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4], None, Vec::new()).unwrap();
         assert_eq!(get(&r, CU_SEQLENS), &Value::array::<i32>(vec![0, 4, 4, 4]));
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(4));
         // A long padding run is the longest sequence.
-        let r = assemble(&config, &[frag(1, 0, 1)], vec![1], Vec::new()).unwrap();
+        let r = assemble(&config, &[frag(1, 0, 1)], vec![1], None, Vec::new()).unwrap();
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(3));
     }
 
     #[test]
     fn refuses_shapes_it_never_makes() {
         let config = PackOptions { max_segments: 2, ..PackOptions::new(Algorithm::Wrap, 4) };
-        assert!(assemble(&config, &[], vec![], Vec::new()).is_err());
-        assert!(assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3], Vec::new()).is_err());
-        assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5], Vec::new()).is_err());
-        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1], Vec::new()).is_err());
-        assert!(assemble(&config, &[frag(1, 2, 2)], vec![], Vec::new()).is_err());
-        assert!(assemble(&config, &[Fragment::whole(SampleId::new(0, 0, 1))], vec![], Vec::new()).is_err());
+        assert!(assemble(&config, &[], vec![], None, Vec::new()).is_err());
+        assert!(
+            assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3], None, Vec::new()).is_err()
+        );
+        assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5], None, Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1], None, Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 2, 2)], vec![], None, Vec::new()).is_err());
+        assert!(assemble(&config, &[Fragment::whole(SampleId::new(0, 0, 1))], vec![], None, Vec::new()).is_err());
     }
 
     #[test]
@@ -307,6 +365,7 @@ mod tests {
         let piece = |row: u64, n: u32| Piece {
             fragment: frag(row, 0, n),
             tokens: vec![7u32; n as usize].into(),
+            mask: None,
             attachments: Vec::new(),
         };
         let mut row = OpenRow::growing(&config);
@@ -327,9 +386,15 @@ mod tests {
         let config = PackOptions { max_segments: 3, ..PackOptions::new(Algorithm::Wrap, 8) };
         let image = Attachment::new(&"image".into(), 0).placed(Span::at(1, 2).unwrap(), true);
         let mut row = OpenRow::new(&config);
-        row.push(Piece { fragment: frag(1, 0, 2), tokens: vec![10, 11].into(), attachments: Vec::new() }).unwrap();
-        row.push(Piece { fragment: frag(2, 0, 4), tokens: vec![20, 99, 99, 21].into(), attachments: vec![image] })
+        row.push(Piece { fragment: frag(1, 0, 2), tokens: vec![10, 11].into(), mask: None, attachments: Vec::new() })
             .unwrap();
+        row.push(Piece {
+            fragment: frag(2, 0, 4),
+            tokens: vec![20, 99, 99, 21].into(),
+            mask: None,
+            attachments: vec![image],
+        })
+        .unwrap();
         let r = row.into_record(&config).unwrap();
         // Position 2 (token 20) would predict a placeholder, position 3 predicts the other one.
         assert_eq!(get(&r, LABELS), &Value::array::<i32>(vec![11, -100, -100, -100, 21, -100, -100, -100]));

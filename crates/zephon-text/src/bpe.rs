@@ -171,7 +171,7 @@ pub(crate) struct ByteLevelBpe {
 }
 
 /// The GPT-2 byte ↔ unicode table: printable bytes map to themselves, the rest to U+0100....
-fn byte_chars() -> [char; 256] {
+pub(crate) fn byte_chars() -> [char; 256] {
     let mut out = ['\0'; 256];
     let mut n = 0u32;
     for b in 0..=255u8 {

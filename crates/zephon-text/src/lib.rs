@@ -34,6 +34,7 @@
 
 mod added;
 mod bpe;
+mod chat;
 mod checked_encoder;
 mod merge_table;
 mod nfc;
@@ -47,6 +48,7 @@ mod tokenize;
 mod tokenizer;
 mod vocab_table;
 
+pub use chat::{Chat, ChatTemplate, LongConversations, LossOn, Rendered, chat_counts};
 pub use pretokenized::PreTokenized;
 pub use tokenize::{ImagePlaceholders, LongDocuments, Tokenize};
 pub use tokenizer::{CheckReport, Error, Mismatch, Tokenizer};

@@ -59,6 +59,14 @@ pub enum Error {
     /// A text the tokenizer cannot encode (a pattern that fails on it).
     #[error("cannot encode: {0}")]
     Encode(String),
+    /// A chat template that does not compile or a `tokenizer_config.json` without one.
+    #[error("chat template {origin}: {message}")]
+    Template {
+        /// The file (or the name given to a template's text).
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// A Hugging Face tokenizer, shared between threads, identified by the SHA-256 of its
@@ -84,6 +92,9 @@ pub struct Tokenizer {
     special_in_text: bool,
     sha256: String,
     source: String,
+    /// Each id's bytes, for a byte-level vocabulary (built on first use; `None` otherwise):
+    /// token offsets without the `tokenizers` crate's per-token objects.
+    token_bytes: Arc<std::sync::OnceLock<Option<Vec<Box<[u8]>>>>>,
 }
 
 /// How the fast path compared with the `tokenizers` crate on some texts
@@ -231,6 +242,7 @@ impl Tokenizer {
             special_in_text: false,
             sha256: hex::encode(Sha256::digest(bytes)),
             source: source.to_string(),
+            token_bytes: Arc::default(),
         })
     }
 
@@ -376,6 +388,49 @@ impl Tokenizer {
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
+
+    /// The ids of `text` (as [`Tokenizer::encode`]) and the byte range of `text` each one
+    /// covers. A byte-level vocabulary gives them by the ids' own bytes; where those do not
+    /// spell the text (a normalizer changed it) or the vocabulary is not byte-level, they come
+    /// from the `tokenizers` crate's offsets.
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<std::ops::Range<usize>>), Error> {
+        let ids = self.encode(text)?;
+        if let Some(table) = self.token_bytes.get_or_init(|| token_bytes(&self.inner)) {
+            let bytes = text.as_bytes();
+            let mut offsets = Vec::with_capacity(ids.len());
+            let mut at = 0;
+            for &id in &ids {
+                match table.get(id as usize) {
+                    Some(b) if bytes.get(at..at + b.len()) == Some(&b[..]) => {
+                        offsets.push(at..at + b.len());
+                        at += b.len();
+                    }
+                    _ => break,
+                }
+            }
+            if at == bytes.len() && offsets.len() == ids.len() {
+                return Ok((ids, offsets));
+            }
+        }
+        let enc = self.inner.encode(text, false).map_err(|e| Error::Encode(e.to_string()))?;
+        Ok((enc.get_ids().to_vec(), enc.get_offsets().iter().map(|&(a, b)| a..b).collect()))
+    }
+}
+
+/// Each id's bytes, when every entry of the model's vocabulary is spelt in the byte-level
+/// alphabet (added tokens are their own text); `None` otherwise.
+fn token_bytes(inner: &tokenizers::Tokenizer) -> Option<Vec<Box<[u8]>>> {
+    let chars = crate::bpe::byte_chars();
+    let byte_of = |c: char| chars.iter().position(|&x| x == c).map(|b| b as u8);
+    let mut table: Vec<Box<[u8]>> = vec![Box::default(); inner.get_vocab_size(true)];
+    for (token, id) in inner.get_vocab(false) {
+        let bytes: Vec<u8> = token.chars().map(byte_of).collect::<Option<_>>()?;
+        *table.get_mut(id as usize)? = bytes.into();
+    }
+    for (id, t) in inner.get_added_tokens_decoder() {
+        *table.get_mut(id as usize)? = t.content.as_bytes().into();
+    }
+    Some(table)
 }
 
 /// BPE dropout drops merges at random on every encode: two runs over the same data would

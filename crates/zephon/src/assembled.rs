@@ -13,6 +13,8 @@ pub(crate) struct Assembled {
     pub shares: Option<zephon_core::ShareSchedule>,
     /// Which accumulator stage is `ensure_mixture`, to report what it dropped.
     pub ensure_stage: Option<usize>,
+    /// Which accumulator stage is `chat`, to report what its long-conversation policy did.
+    pub chat_stage: Option<usize>,
 }
 
 impl Assembled {

@@ -55,6 +55,14 @@ pub struct DatasetReport {
     /// only in part: each came in part or not at all, and every one of this dataset's
     /// documents that came in part is listed.
     pub cut_off_documents: Vec<(u32, u64)>,
+    /// Conversations `[chat] long_conversations = "split_at_turns"` cut into pieces.
+    pub conversations_split: u64,
+    /// Conversations `"truncate"` cut short.
+    pub conversations_truncated: u64,
+    /// The tokens those truncations left out.
+    pub truncated_tokens: u64,
+    /// Conversations `"skip"` left out.
+    pub conversations_skipped: u64,
 }
 
 impl DataReport {
@@ -62,7 +70,12 @@ impl DataReport {
     pub fn is_clean(&self) -> bool {
         self.tail_dropped_rows == 0
             && self.lanes_cut_off.is_empty()
-            && self.datasets.iter().all(|d| d.skipped == 0 && d.dropped_documents == 0)
+            && self.datasets.iter().all(|d| {
+                d.skipped == 0
+                    && d.dropped_documents == 0
+                    && d.conversations_truncated == 0
+                    && d.conversations_skipped == 0
+            })
     }
 
     /// One line per dataset that lost something, saying how much and why.
@@ -72,6 +85,17 @@ impl DataReport {
             if d.skipped > 0 {
                 let why = d.first_skip.as_deref().unwrap_or("?");
                 out.push(format!("dataset {}: {} bad records skipped (the first: {why})", d.name, d.skipped));
+            }
+            if d.conversations_split + d.conversations_truncated + d.conversations_skipped > 0 {
+                out.push(format!(
+                    "dataset {}: [chat] long_conversations split {} conversations at turn boundaries, truncated {} \
+                     ({} tokens left out) and skipped {}",
+                    d.name,
+                    d.conversations_split,
+                    d.conversations_truncated,
+                    d.truncated_tokens,
+                    d.conversations_skipped
+                ));
             }
             if d.dropped_documents > 0 {
                 out.push(format!(
@@ -210,6 +234,19 @@ impl Loader {
             for s in &lane.tail_dropped.documents {
                 if let Some(r) = datasets.get_mut(s.dataset as usize) {
                     r.tail_dropped_documents.push((s.shard, s.row));
+                }
+            }
+        }
+        #[cfg(feature = "text")]
+        if let Some(k) = self.assembled.chat_stage {
+            for state in lanes.iter().filter_map(|l| l.accumulators.get(k)) {
+                for (r, (split, truncated, tokens, skipped)) in
+                    datasets.iter_mut().zip(zephon_text::chat_counts(state, names.len()))
+                {
+                    r.conversations_split += split;
+                    r.conversations_truncated += truncated;
+                    r.truncated_tokens += tokens;
+                    r.conversations_skipped += skipped;
                 }
             }
         }

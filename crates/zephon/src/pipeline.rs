@@ -288,6 +288,8 @@ impl Pipeline {
                 (Arc::new(source), weights)
             }
         };
+        let chat_stage =
+            operators.operators().iter().filter(|op| op.kind().accumulates()).position(|op| op.name() == "chat");
         let ensure_stage = operators
             .operators()
             .iter()
@@ -302,7 +304,7 @@ impl Pipeline {
             tail: self.tail,
             token_estimates: estimates.clone().unwrap_or_default(),
         };
-        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage })
+        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage, chat_stage })
     }
 
     /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the

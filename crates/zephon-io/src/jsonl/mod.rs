@@ -197,7 +197,7 @@ impl JsonlDataset {
             }
         };
         let images_field = self.images.as_ref().map(|(f, _)| f);
-        let row = parse_row(bytes, &self.handles, images_field)
+        let row = parse_row(bytes, &self.handles, self.fields.json_from(), images_field)
             .map_err(|e| OpError::Data(format!("{}: invalid JSON: {e}", shard.source.display())))?;
         if let Some(d) = row.duplicate {
             let name = self.handles.get(d).or(images_field).map_or("", Field::as_str);
@@ -369,12 +369,12 @@ mod tests {
     #[test]
     fn picks_fields_and_skips_others() {
         let names = [Field::new("text"), Field::new("id")];
-        let v = parse_row(br#"{"id": 7, "skip": {"deep": [1,2]}, "text": "a\"b"}"#, &names, None).unwrap();
+        let v = parse_row(br#"{"id": 7, "skip": {"deep": [1,2]}, "text": "a\"b"}"#, &names, names.len(), None).unwrap();
         assert_eq!(v.cells, vec![Cell::Value(Value::text("a\"b")), Cell::Value(Value::Int(7))]);
         assert_eq!(v.duplicate, None);
-        assert!(parse_row(b"[1,2]", &names, None).is_err());
-        assert!(parse_row(br#"{"text": "x"} trailing"#, &names, None).is_err());
-        assert!(parse_row(b"{\"text\": \"\xff\"}", &names, None).is_err(), "invalid UTF-8");
+        assert!(parse_row(b"[1,2]", &names, names.len(), None).is_err());
+        assert!(parse_row(br#"{"text": "x"} trailing"#, &names, names.len(), None).is_err());
+        assert!(parse_row(b"{\"text\": \"\xff\"}", &names, names.len(), None).is_err(), "invalid UTF-8");
     }
 
     #[test]
@@ -383,6 +383,7 @@ mod tests {
         let v = parse_row(
             br#"{"a": true, "b": null, "c": [1, {"x": 2}], "d": {"k": []}, "e": 18446744073709551615}"#,
             &names,
+            names.len(),
             None,
         )
         .unwrap();
@@ -396,12 +397,19 @@ mod tests {
                 Cell::TooBig(u64::MAX)
             ]
         );
-        let v = parse_row(br#"{"a": 1, "b": 2, "a": 3}"#, &names, None).unwrap();
+        let v = parse_row(br#"{"a": 1, "b": 2, "a": 3}"#, &names, names.len(), None).unwrap();
         assert_eq!(v.duplicate, Some(0));
+        // Fields from `json_from` on keep their JSON text as written, keys in their order.
+        let v = parse_row(br#"{"c": [ {"z": 1, "a": "\u00e9"} ], "d": null, "e": 3}"#, &names, 2, None).unwrap();
+        assert_eq!(
+            v.cells[2..],
+            [Cell::Value(Value::text(r#"[ {"z": 1, "a": "\u00e9"} ]"#)), Cell::Null, Cell::Value(Value::text("3"))]
+        );
         // Token ids stored with the data: arrays of integers only.
         let v = parse_row(
             br#"{"a": [50256, 0, -1], "b": [], "c": [1, 2.5], "d": [1, 18446744073709551615]}"#,
             &names,
+            names.len(),
             None,
         )
         .unwrap();

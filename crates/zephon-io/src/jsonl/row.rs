@@ -28,19 +28,22 @@ pub(crate) enum ImagePaths {
 
 /// Parses one JSON object, keeping only the named fields and the images field (others are
 /// skipped unparsed).
+/// Fields from `json_from` on are kept as their JSON text.
 pub(crate) fn parse_row(
     bytes: &[u8],
     names: &[Field],
+    json_from: usize,
     images: Option<&Field>,
 ) -> std::result::Result<Row, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let row = PickFields { names, images }.deserialize(&mut de)?;
+    let row = PickFields { names, json_from, images }.deserialize(&mut de)?;
     de.end()?;
     Ok(row)
 }
 
 struct PickFields<'a> {
     names: &'a [Field],
+    json_from: usize,
     images: Option<&'a Field>,
 }
 
@@ -75,7 +78,14 @@ impl<'de> Visitor<'de> for PickFields<'_> {
                     images_seen = true;
                 }
                 Some(i) => {
-                    let cell = map.next_value_seed(CellSeed)?;
+                    let cell = if i >= self.json_from {
+                        match map.next_value::<Box<serde_json::value::RawValue>>()?.get() {
+                            "null" => Cell::Null,
+                            raw => Cell::Value(Value::text(raw)),
+                        }
+                    } else {
+                        map.next_value_seed(CellSeed)?
+                    };
                     if row.cells[i] != Cell::Absent {
                         row.duplicate.get_or_insert(i);
                     }

@@ -125,7 +125,7 @@ impl TarDataset {
             Some(entry) => {
                 let name = sample.name(entry);
                 let bytes = self.read_member(shard, sample, entry)?;
-                let row = parse_row(&bytes, &self.handles, None)
+                let row = parse_row(&bytes, &self.handles, self.fields.json_from(), None)
                     .map_err(|e| OpError::Data(format!("member {name:?}: invalid JSON: {e}")))?;
                 if let Some(d) = row.duplicate {
                     let field = self.handles.get(d).map_or("", Field::as_str);

@@ -4,6 +4,7 @@ use zephon_core::{Datasets, Fragment, OpError, Operator, Record, SampleId, Value
 use zephon_text::{LongDocuments, Tokenize, Tokenizer};
 
 mod added_tokens;
+mod chat;
 mod files;
 mod modern;
 mod settings;

