@@ -1,6 +1,7 @@
 //! The facade end to end: the spec, the DSL, the real corpora and the real GPT-2 tokenizer.
 
 mod assembly;
+mod chat;
 mod closed_loop;
 mod end_to_end;
 mod finite;

@@ -28,6 +28,8 @@ fn spec_keys() -> BTreeSet<(String, String)> {
         ImageDtype,
         ImageLayout,
         JpegDecoder,
+        ChatLossOn,
+        ChatLongConversations,
         zephon::Exhaustion,
         zephon::Balance,
         zephon::BadRecords,
