@@ -96,6 +96,36 @@ pub struct LocalStep {
 }
 
 impl LocalStep {
+    /// This rank's part of step `step` with every lane holding `rows_per_lane` copies of
+    /// `pad` (a padding row): what a rank delivers for a step its lanes have no data for
+    /// while other ranks' lanes still do (a validation pass ending together).
+    pub fn padding(step: Step, topology: &Topology, rows_per_lane: usize, pad: &Record) -> LocalStep {
+        let lanes = topology
+            .owned_lanes()
+            .map(|lane| LaneStep {
+                lane,
+                step,
+                rows: vec![pad.clone(); rows_per_lane],
+                digest: LaneDigest::later(),
+                state: None,
+            })
+            .collect();
+        LocalStep { step, topology: topology.clone(), lanes }
+    }
+
+    /// The step with every lane's rows filled up to `rows_per_lane` with copies of `pad`.
+    /// The lanes' digests cover the padding: the padded step is what the trainer gets.
+    #[must_use]
+    pub fn padded(mut self, rows_per_lane: usize, pad: &Record) -> LocalStep {
+        for l in &mut self.lanes {
+            if l.rows.len() < rows_per_lane {
+                l.rows.resize(rows_per_lane, pad.clone());
+                l.digest = LaneDigest::later();
+            }
+        }
+        self
+    }
+
     /// Which global step this is.
     pub fn step(&self) -> Step {
         self.step

@@ -117,6 +117,12 @@ impl Pack {
         &self.config
     }
 
+    /// A row of padding only, laid out as this packer lays out rows: it fills a step a lane has
+    /// no data for (a validation pass's last step), and nothing in it is trained on.
+    pub fn padding_row(&self) -> zephon_operator::Record {
+        row::padding(&self.config)
+    }
+
     /// The most token positions one lane's packer holds between pushes: its partial row
     /// (wrap) or its open rows (first-fit, best-fit).
     pub fn holds_positions(&self) -> u64 {

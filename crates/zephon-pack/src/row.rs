@@ -288,6 +288,24 @@ pub(crate) fn assemble(
     Ok(record)
 }
 
+/// A row of padding only (no segment): what fills a step a lane has no data for, so that
+/// every rank's steps keep their shape. Nothing in it is trained on (`loss_mask` 0, labels
+/// `ignore_index`) and its lineage is empty.
+pub(crate) fn padding(config: &PackOptions) -> Record {
+    let t = config.seq_len;
+    let mut cu_seqlens = vec![0i32];
+    cu_seqlens.resize(config.max_segments + 2, t as i32);
+    Record::new(Lineage::default())
+        .with(&Field::new(INPUT_IDS), Value::array(vec![config.pad_id; t]))
+        .with(&Field::new(LABELS), Value::array(vec![config.ignore_index; t]))
+        .with(&Field::new(POSITIONS), Value::array(vec![0i32; t]))
+        .with(&Field::new(SEGMENT_IDS), Value::array(vec![0i32; t]))
+        .with(&Field::new(CU_SEQLENS), Value::array(cu_seqlens))
+        .with(&Field::new(MAX_SEQLEN), Value::Int(t as i64))
+        .with(&Field::new(LOSS_MASK), Value::array(vec![0u8; t]))
+        .with(&Field::new(NUM_TOKENS), Value::Int(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,8 @@ pub(crate) struct Assembled {
     pub ensure_stage: Option<usize>,
     /// Which accumulator stage is `chat`, to report what its long-conversation policy did.
     pub chat_stage: Option<usize>,
+    /// The records of the datasets, when the work source reads each once (a validation pass).
+    pub records: Option<u64>,
 }
 
 impl Assembled {

@@ -40,12 +40,14 @@ mod mixture;
 mod pipeline;
 pub mod spec;
 pub mod testing;
+mod validation;
 
 pub use error::{Error, Result};
 pub use loader::{DataReport, DatasetReport, Loader};
 pub use mixture::{Amount, Dataset, Mixture};
 pub use pipeline::{Pipeline, ROW_TOKENS_BY_DEFAULT};
 pub use spec::Spec;
+pub use validation::{Validation, ValidationLoader};
 
 // The crates are inlined as modules so that their docs are part of this crate's (links to
 // them work under `cargo doc --no-deps`). The core is `lane_core`, not `core`: a glob import

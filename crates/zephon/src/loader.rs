@@ -163,6 +163,12 @@ impl Loader {
         Loader { engine, assembled, exec }
     }
 
+    /// The records of the datasets, when the work source reads each once in order (a
+    /// validation pass); `None` for a mixture.
+    pub fn records(&self) -> Option<u64> {
+        self.assembled.records
+    }
+
     /// This rank's part of the next global step, or `None` when finite data has ended.
     pub fn next_step(&mut self) -> Result<Option<LocalStep>> {
         Ok(self.engine.next_step()?)

@@ -87,6 +87,8 @@ pub struct Mixture {
     pub(crate) chunks_by_samples: bool,
     /// Token shares that take effect at later steps ([`Mixture::shares_from`]).
     pub(crate) later_shares: Vec<(u64, Vec<(String, f64)>)>,
+    /// Every record once, in order, instead of a mixture (a validation pass).
+    pub(crate) once_in_order: bool,
 }
 
 impl Mixture {

@@ -200,6 +200,36 @@ impl Pipeline {
         Ok(Engine::initial_split(&assembled.spec, topology, &self.exec)?)
     }
 
+    /// This pipeline as a validation pass (see [`crate::Validation`]): every record of its
+    /// datasets once, in order, each one row of `pack`'s shape (one record a row, truncated to
+    /// it), the last steps padded so that every rank ends after the same step. The pipeline must
+    /// hold no packer, shuffle or `ensure_mixture` of its own (they would move or merge records;
+    /// `shuffle`, when given, goes after the packer), and its records must each make one piece
+    /// (tokenize and chat truncate, not split).
+    pub fn validation(mut self, pack: &Pack, shuffle: Option<Shuffle>) -> Result<crate::Validation> {
+        if let Some(op) = self.stages.iter().find(|op| op.kind().accumulates() && op.name() != "chat") {
+            return Err(Error::Build(format!(
+                "a validation pass reads each record into one row: it adds its own one-per-row packer, and {} would \
+                 reorder or merge records",
+                op.name()
+            )));
+        }
+        let mut config = pack.config().clone();
+        config.algorithm = zephon_pack::Algorithm::FirstFit { bins: 1 };
+        config.max_segments = 1;
+        config.longer_than_row = zephon_pack::LongerThanRow::Truncate;
+        let one_per_row = Pack::new(config)?;
+        let pad = one_per_row.padding_row();
+        self.mixture.once_in_order = true;
+        self.tail = Tail::Partial;
+        let pipeline = self.pack(one_per_row);
+        let pipeline = match shuffle {
+            Some(s) => pipeline.shuffle(s),
+            None => pipeline,
+        };
+        Ok(crate::Validation::new(pipeline, pad))
+    }
+
     /// w(step) as a schedule, when the mixture is by token shares: the datasets' shares from
     /// step 0 and the segments of [`Mixture::shares_from`]. Checks the mixture; opens nothing.
     pub fn share_schedule(&self) -> Result<Option<zephon_core::ShareSchedule>> {
@@ -233,7 +263,9 @@ impl Pipeline {
         config.seed = m.seed.unwrap_or(self.seed);
         config.balance = self.balance(&datasets)?;
         let planned = shares.is_some() || m.config.chunk_tokens.is_some();
-        let estimates = if planned || config.balance != Balance::Estimates {
+        let estimates = if m.once_in_order {
+            None
+        } else if planned || config.balance != Balance::Estimates {
             let estimates = match saved.filter(|s| !s.token_estimates.is_empty()) {
                 Some(s) => s.token_estimates.clone(),
                 None => match self.estimate(&datasets) {
@@ -255,7 +287,10 @@ impl Pipeline {
         let by_rows = config.balance != Balance::Estimates;
         // Token shares are held by each lane's closed loop on what it delivered; sample
         // weights by the open-loop interleave.
+        let once = m.once_in_order.then(|| zephon_mix::OnceInOrder::new(&datasets.manifests(), config.chunk_size));
+        let records = once.as_ref().map(zephon_mix::OnceInOrder::rows);
         let (source, weights): (Arc<dyn WorkSource>, Vec<f64>) = match (&shares, &estimates) {
+            _ if once.is_some() => (Arc::new(once.clone().expect("checked above")), vec![1.0; datasets.len()]),
             (Some(shares), Some(e)) => {
                 let per_row: Vec<f64> = e.iter().map(TokenEstimate::tokens_per_row).collect();
                 let max_samples = m.chunks_by_samples.then_some(config.chunk_size);
@@ -304,7 +339,7 @@ impl Pipeline {
             tail: self.tail,
             token_estimates: estimates.clone().unwrap_or_default(),
         };
-        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage, chat_stage })
+        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage, chat_stage, records })
     }
 
     /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the

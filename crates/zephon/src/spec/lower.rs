@@ -11,6 +11,41 @@ use crate::mixture::{Dataset, Mixture};
 use crate::pipeline::Pipeline;
 
 impl Spec {
+    /// The validation pass `[validation]` describes, if any (opens nothing yet): the
+    /// training pipeline's reading, tokenizing and packing settings over the held-out datasets
+    /// (see [`crate::Validation`]). Long documents are truncated to the row and long
+    /// conversations too, unless `[chat]` skips them: a record makes one row.
+    pub fn validation(&self) -> Result<Option<crate::Validation>> {
+        let Some(v) = &self.validation else { return Ok(None) };
+        let mut spec = self.clone();
+        spec.datasets = v.datasets.iter().map(|d| DatasetSpec { weight: Some(1.0), ..d.clone() }).collect();
+        spec.ensure_mixture = None;
+        spec.schedule = None;
+        spec.rows_per_step = Some(
+            v.rows_per_step
+                .map_or_else(|| self.rows_per_step().map(|g| g.at(0)), Ok)
+                .map_err(|m| Error::Spec { path: self.file.clone(), message: m })?,
+        );
+        spec.source = SourceSpec::default();
+        if let Some(t) = &mut spec.tokenize {
+            t.long_documents = Some(TokenizeLongDocuments::Keep);
+            t.max_tokens = None;
+        }
+        if let Some(c) = &mut spec.chat
+            && c.long_conversations == Some(ChatLongConversations::SplitAtTurns)
+        {
+            c.long_conversations = Some(ChatLongConversations::Truncate);
+        }
+        let pack = spec
+            .pack_op()?
+            .ok_or_else(|| Error::Spec { path: self.file.clone(), message: "[validation] needs [pack]".into() })?;
+        spec.pack = None;
+        spec.shuffle = None;
+        spec.validation = None;
+        let shuffle = v.shuffle.map(Shuffle::buffer).transpose()?;
+        Ok(Some(spec.pipeline()?.validation(&pack, shuffle)?))
+    }
+
     /// The pipeline the spec describes (opens nothing yet).
     pub fn pipeline(&self) -> Result<Pipeline> {
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: m };
@@ -153,45 +188,8 @@ impl Spec {
                 None => ensure,
             });
         }
-        if let Some(pk) = &self.pack {
-            let bins = pk.bins_per_lane(self.lanes).map_err(bad)?;
-            let algorithm = match pk.algorithm {
-                PackAlgorithm::Wrap => Algorithm::Wrap,
-                PackAlgorithm::FirstFit => Algorithm::FirstFit { bins },
-                PackAlgorithm::BestFit => Algorithm::BestFit { bins },
-                PackAlgorithm::OnePerRow => Algorithm::FirstFit { bins: 1 },
-            };
-            let mut config = PackOptions::new(algorithm, pk.seq_len);
-            match (pk.algorithm, pk.max_segments) {
-                (PackAlgorithm::OnePerRow, Some(m)) if m != 1 => {
-                    return Err(bad(format!(
-                        "[pack] algorithm = \"one_per_row\" puts one document in each row: max_segments = {m} \
-                         contradicts it"
-                    )));
-                }
-                (PackAlgorithm::OnePerRow, _) => config.max_segments = 1,
-                (_, Some(m)) => config.max_segments = m,
-                (_, None) => {}
-            }
-            config.longer_than_row = match pk.long_documents.unwrap_or(PackLongDocuments::Split) {
-                PackLongDocuments::Split => LongerThanRow::Split,
-                PackLongDocuments::Truncate => LongerThanRow::Truncate,
-            };
-            let finite = self.source.exhaustion != Exhaustion::Repeat;
-            config.end_of_data = match pk.end_of_data {
-                None if finite && tail == Tail::Drop && algorithm != Algorithm::Wrap => EndOfData::FillRows,
-                None | Some(PackEndOfData::KeepPieces) => EndOfData::KeepPieces,
-                Some(PackEndOfData::FillRows) => EndOfData::FillRows,
-            };
-            config.warm_up = pk.warm_up;
-            if let Some(id) = pk.pad_id {
-                config.pad_id = id;
-            }
-            if let Some(i) = pk.ignore_index {
-                config.ignore_index = i;
-            }
-            config.mask_labels = pk.mask_labels;
-            p = p.pack(Pack::new(config)?);
+        if let Some(pack) = self.pack_op()? {
+            p = p.pack(pack);
         }
         if let Some(s) = &self.shuffle {
             let buffer = s.per_lane(self.lanes).map_err(bad)?;
@@ -199,6 +197,51 @@ impl Spec {
             p = p.shuffle(if s.warm_up { shuffle.warm_up() } else { shuffle });
         }
         Ok(p)
+    }
+
+    /// The `[pack]` packer, if any.
+    fn pack_op(&self) -> Result<Option<Pack>> {
+        let bad = |m: String| Error::Spec { path: self.file.clone(), message: m };
+        let tail = self.run.tail;
+        let Some(pk) = &self.pack else { return Ok(None) };
+        let bins = pk.bins_per_lane(self.lanes).map_err(bad)?;
+        let algorithm = match pk.algorithm {
+            PackAlgorithm::Wrap => Algorithm::Wrap,
+            PackAlgorithm::FirstFit => Algorithm::FirstFit { bins },
+            PackAlgorithm::BestFit => Algorithm::BestFit { bins },
+            PackAlgorithm::OnePerRow => Algorithm::FirstFit { bins: 1 },
+        };
+        let mut config = PackOptions::new(algorithm, pk.seq_len);
+        match (pk.algorithm, pk.max_segments) {
+            (PackAlgorithm::OnePerRow, Some(m)) if m != 1 => {
+                return Err(bad(format!(
+                    "[pack] algorithm = \"one_per_row\" puts one document in each row: max_segments = {m} \
+                     contradicts it"
+                )));
+            }
+            (PackAlgorithm::OnePerRow, _) => config.max_segments = 1,
+            (_, Some(m)) => config.max_segments = m,
+            (_, None) => {}
+        }
+        config.longer_than_row = match pk.long_documents.unwrap_or(PackLongDocuments::Split) {
+            PackLongDocuments::Split => LongerThanRow::Split,
+            PackLongDocuments::Truncate => LongerThanRow::Truncate,
+        };
+        let finite = self.source.exhaustion != Exhaustion::Repeat;
+        config.end_of_data = match pk.end_of_data {
+            None if finite && tail == Tail::Drop && algorithm != Algorithm::Wrap => EndOfData::FillRows,
+            None | Some(PackEndOfData::KeepPieces) => EndOfData::KeepPieces,
+            Some(PackEndOfData::FillRows) => EndOfData::FillRows,
+        };
+        config.warm_up = pk.warm_up;
+        if let Some(id) = pk.pad_id {
+            config.pad_id = id;
+        }
+        if let Some(i) = pk.ignore_index {
+            config.ignore_index = i;
+        }
+        config.mask_labels = pk.mask_labels;
+        Ok(Some(Pack::new(config)?))
     }
 
     /// The `[chat]` operator: its tokenizer and template from files, its settings.

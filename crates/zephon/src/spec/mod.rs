@@ -93,6 +93,8 @@ pub struct Spec {
     pub shuffle: Option<ShuffleSpec>,
     /// Values that change at set steps: rows per step, token shares.
     pub schedule: Option<ScheduleSpec>,
+    /// A validation pass over held-out datasets.
+    pub validation: Option<ValidationSpec>,
     /// Execution and policies.
     #[serde(default)]
     pub run: RunSection,
@@ -212,6 +214,32 @@ impl Spec {
             }
             if c.long_conversations.is_some() && c.max_tokens.is_none() && self.pack.is_none() {
                 return Err("[chat] long_conversations needs max_tokens, or a [pack] whose row length it takes".into());
+            }
+        }
+        if let Some(v) = &self.validation {
+            if self.pack.is_none() {
+                return Err("[validation] needs [pack]: its rows, and the padding of its last step, take the \
+                            packer's shape"
+                    .into());
+            }
+            if v.datasets.is_empty() {
+                return Err("[validation] needs at least one [[validation.dataset]]".into());
+            }
+            if let Some(d) = v.datasets.iter().find(|d| d.share.is_some() || d.weight.is_some()) {
+                return Err(format!(
+                    "[[validation.dataset]] {}: `share` and `weight` do not apply (a validation pass reads every \
+                     record once)",
+                    d.name
+                ));
+            }
+            if v.rows_per_step.is_some_and(|g| g == 0 || !g.is_multiple_of(self.lanes)) {
+                return Err(format!(
+                    "[validation] rows_per_step must be a positive multiple of lanes ({})",
+                    self.lanes
+                ));
+            }
+            if v.shuffle == Some(0) {
+                return Err("[validation] shuffle must be at least 1".into());
             }
         }
         if self.pack.as_ref().is_some_and(|p| p.mask_labels) && self.chat.is_none() {

@@ -367,6 +367,24 @@ impl ScheduleSpec {
     }
 }
 
+/// `[validation]`: a validation pass over held-out datasets (see `zephon::Validation`):
+/// every record once, in order, one record a row of the `[pack]` row length, the same steps at
+/// every world size, the last ones padded so that every rank ends after the same step. The
+/// training spec's `[images]`, `[tokenize]` / `[pretokenized]` / `[chat]` and `[pack]` settings
+/// apply; `ensure_mixture`, the schedules and the shuffle do not.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValidationSpec {
+    /// Rows of a validation step, a multiple of `lanes` (default: the run's rows per step at
+    /// step 0).
+    pub rows_per_step: Option<u32>,
+    /// A shuffle buffer per lane (default: none; the order stays the datasets').
+    pub shuffle: Option<usize>,
+    /// The held-out datasets, read in this order (`share` and `weight` do not apply).
+    #[serde(rename = "dataset")]
+    pub datasets: Vec<DatasetSpec>,
+}
+
 /// `[run]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -165,3 +165,35 @@ fn chat_settings_that_cannot_work_are_refused() {
     let e = parse(&text).pipeline().err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("[chat]") && e.contains("bad.jinja"), "{e}");
 }
+
+/// A validation pass over conversations: every conversation once, the same steps at world
+/// sizes 1 and 4, each rank ending after the same step.
+#[test]
+fn a_validation_pass_over_conversations_is_the_same_at_every_world_size() {
+    let data = zephon_testkit::testdata();
+    let text = chat_spec("jsonl", "")
+        + &format!(
+            "\n[validation]\n[[validation.dataset]]\nname = \"held-out\"\npath = \"{}\"\n",
+            data.join("chat/conversations.parquet").display()
+        );
+    let spec = parse(&text);
+    let fingerprints = |w: u32| {
+        let mut loaders: Vec<zephon::ValidationLoader> =
+            (0..w).map(|r| spec.validation().unwrap().unwrap().build(spec.topology(w, r).unwrap()).unwrap()).collect();
+        let mut out = Vec::new();
+        let mut records = 0;
+        loop {
+            let parts: Vec<_> = loaders.iter_mut().map(|l| l.next_step().unwrap()).collect();
+            if parts.iter().all(Option::is_none) {
+                break;
+            }
+            let parts: Vec<_> = parts.into_iter().map(|p| p.expect("every rank ends after the same step")).collect();
+            records += parts.iter().flat_map(|p| p.rows()).filter(|r| r.lineage().first_sample().is_some()).count();
+            out.push(zephon::testing::fingerprint(&parts));
+        }
+        (out, records)
+    };
+    let (one, records) = fingerprints(1);
+    assert_eq!(records, 1611, "every conversation once");
+    assert_eq!(fingerprints(4).0, one);
+}

@@ -10,6 +10,7 @@ mod pretokenized;
 mod shares;
 mod spec;
 mod spec_reference;
+mod validation;
 
 use std::path::{Path, PathBuf};
 
