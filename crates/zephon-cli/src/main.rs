@@ -13,6 +13,7 @@ mod inspect;
 mod progress;
 mod run;
 mod shares;
+mod validate;
 mod verify;
 
 use std::path::PathBuf;
@@ -69,6 +70,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run one rank of a spec (rank and world size from flags or RANK/WORLD_SIZE).
     Run(run::RunArgs),
+    /// Run one rank of the spec's validation pass ([validation]): every held-out record once,
+    /// the same steps at every world size; say what it read.
+    Validate(validate::ValidateArgs),
     /// Run the spec as separate rank processes at several world sizes (and resumes) and
     /// compare every global step.
     Verify {
@@ -141,6 +145,20 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::demo(&args),
         Command::CheckTokenizer(args) => check_tokenizer::check_tokenizer(&args),
+        Command::Validate(args) => validate::validate(&args).map(|r| {
+            let per: Vec<String> = r
+                .records
+                .iter()
+                .map(|(name, n)| format!("{name} {n} records, {} tokens", r.tokens.get(name).copied().unwrap_or(0)))
+                .collect();
+            println!(
+                "validation: {} steps, {} rows of records and {} padding rows on this rank; {}",
+                r.steps,
+                r.rows,
+                r.padding_rows,
+                per.join("; ")
+            );
+        }),
         Command::Run(args) => run::run(&args).map(|r| {
             if !args.quiet {
                 eprintln!(

@@ -605,3 +605,46 @@ fn a_batch_size_ramp_and_a_curriculum_verify_across_processes_world_sizes_and_re
     let out = text(&o);
     assert!(!o.status.success() && out.contains("do not divide the 32 local rows of step 0"), "{out}");
 }
+
+/// `zephon validate`: rank processes at W = 1 and W = 2 deliver the same validation steps
+/// (their hash logs combine to the same fingerprints), read every held-out record once between
+/// them, and end after the same step.
+#[test]
+fn validate_reads_every_record_once_in_the_same_steps_at_every_world_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let held_out = subset(dir.path(), "a", "held-out", 101);
+    let s = spec(dir.path(), 8, 16, 128, None);
+    let body = std::fs::read_to_string(&s).unwrap()
+        + &format!("\n[validation]\n[[validation.dataset]]\nname = \"held-out\"\npath = \"{}\"\n", held_out.display());
+    std::fs::write(&s, body).unwrap();
+    let run = |w: u32| {
+        let mut log = zephon::lane_core::HashLog::new();
+        let mut records = 0u64;
+        for r in 0..w {
+            let (hashes, report) =
+                (dir.path().join(format!("v-{w}-{r}.tsv")), dir.path().join(format!("v-{w}-{r}.json")));
+            let o = zephon(&[
+                "validate",
+                "--spec",
+                s.to_str().unwrap(),
+                "--world-size",
+                &w.to_string(),
+                "--rank",
+                &r.to_string(),
+                "--hash-log",
+                hashes.to_str().unwrap(),
+                "--report",
+                report.to_str().unwrap(),
+            ]);
+            assert!(o.status.success(), "{}", text(&o));
+            log.add_text(&std::fs::read_to_string(&hashes).unwrap()).unwrap();
+            let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+            assert_eq!(json["steps"], 7, "101 records, 8 lanes, 2 rows a lane a step");
+            records += json["records"]["held-out"].as_u64().unwrap_or(0);
+        }
+        (log.fingerprints(8).unwrap(), records)
+    };
+    let (one, n) = run(1);
+    assert_eq!((one.len(), n), (7, 101));
+    assert_eq!(run(2), (one, 101));
+}
