@@ -304,3 +304,31 @@ def test_a_trainer_can_ask_for_the_schedules_and_they_resume_at_another_dp_size(
     later.write_text(scheduled_spec(data).replace("[3, { a = 0.2", "[4, { a = 0.2"))
     moved = zephon_rs.Loader(later, dp_rank=0, dp_world_size=1, resume_from=tmp_path / "ckpt")
     assert any("after the checkpoint's step 2" in n for n in moved.notices), moved.notices
+
+
+def test_a_chat_spec_trains_on_the_assistant_tokens_only(tmp_path, data):
+    spec = tmp_path / "chat.toml"
+    spec.write_text(textwrap.dedent(f"""\
+        seed = 3
+        lanes = 2
+        rows_per_step = 4
+        [[dataset]]
+        name = "sft"
+        path = "{data}/chat/conversations.jsonl"
+        weight = 1.0
+        [chat]
+        tokenizer = "{data}/tokenizers/llama3_1/tokenizer.json"
+        template = "{data}/chat/templates/llama3_training.jinja"
+        variables = {{ bos_token = "<|begin_of_text|>", eos_token = "<|eot_id|>" }}
+        [pack]
+        algorithm = "best_fit"
+        seq_len = 256
+        pad_id = 128001
+        mask_labels = true
+        """))
+    loader = zephon_rs.Loader(spec, dp_rank=0, dp_world_size=1)
+    b = next(loader).batch()
+    mask, labels = b["loss_mask"], b["labels"]
+    assert mask.dtype == np.uint8 and mask.shape == labels.shape == (4, 256)
+    assert ((mask == 1) == (labels != -100)).all()
+    assert 0 < mask.sum() < mask.size
