@@ -18,6 +18,7 @@ mod errors;
 mod loader;
 mod state;
 mod step;
+mod validation;
 
 use pyo3::prelude::*;
 
@@ -32,6 +33,8 @@ mod native {
     use super::loader::Loader;
     #[pymodule_export]
     use super::step::Step;
+    #[pymodule_export]
+    use super::validation::ValidationLoader;
 
     /// The version of the zephon crates this module was built from.
     #[allow(non_upper_case_globals)]

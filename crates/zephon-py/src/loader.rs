@@ -66,7 +66,7 @@ impl Inner {
     }
 }
 
-fn parse_spec(py: Python<'_>, spec: &Bound<'_, PyAny>, base_dir: Option<PathBuf>) -> PyResult<Spec> {
+pub(crate) fn parse_spec(py: Python<'_>, spec: &Bound<'_, PyAny>, base_dir: Option<PathBuf>) -> PyResult<Spec> {
     let here = || base_dir.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
     if spec.is_instance_of::<PyDict>() {
         let json: String = py.import("json")?.call_method1("dumps", (spec,))?.extract()?;
@@ -98,7 +98,7 @@ fn parse_spec(py: Python<'_>, spec: &Bound<'_, PyAny>, base_dir: Option<PathBuf>
 }
 
 /// The data-parallel rank and size, given or read from the launcher's variables.
-fn dp_topology(spec: &Spec, dp_rank: Option<u32>, dp_world_size: Option<u32>) -> PyResult<Topology> {
+pub(crate) fn dp_topology(spec: &Spec, dp_rank: Option<u32>, dp_world_size: Option<u32>) -> PyResult<Topology> {
     let (world, rank) = match (dp_world_size, dp_rank) {
         (Some(w), Some(r)) => (w, r),
         (None, None) => {

@@ -332,3 +332,27 @@ def test_a_chat_spec_trains_on_the_assistant_tokens_only(tmp_path, data):
     assert mask.dtype == np.uint8 and mask.shape == labels.shape == (4, 256)
     assert ((mask == 1) == (labels != -100)).all()
     assert 0 < mask.sum() < mask.size
+
+
+def test_a_validation_pass_is_the_same_at_every_dp_size_and_ends_together(tmp_path, data):
+    spec = tmp_path / "val.toml"
+    spec.write_text(text_spec(data, lanes=4, rows=8, seq_len=128) + textwrap.dedent(f"""\
+        [validation]
+        [[validation.dataset]]
+        name = "held-out"
+        path = "{data}/chat/conversations.jsonl"
+        text_field = "id"
+        """))
+    one = zephon_rs.ValidationLoader(spec, dp_rank=0, dp_world_size=1)
+    reference = [zephon_rs.step_fingerprint(s.lane_digests()) for s in one]
+    # 1611 records, 4 lanes of 2 rows a step.
+    assert len(reference) == one.steps == 202
+    ranks = [zephon_rs.ValidationLoader(spec, dp_rank=r, dp_world_size=2) for r in range(2)]
+    got = []
+    for _ in range(202):
+        steps = [next(r) for r in ranks]
+        got.append(zephon_rs.step_fingerprint([d for s in steps for d in s.lane_digests()]))
+    assert got == reference
+    for r in ranks:
+        with pytest.raises(StopIteration):
+            next(r)

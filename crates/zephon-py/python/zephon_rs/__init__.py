@@ -24,6 +24,7 @@ from ._native import (
     RustBuffer,
     SpecError,
     Step,
+    ValidationLoader,
     __version__,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "RustBuffer",
     "SpecError",
     "Step",
+    "ValidationLoader",
     "__version__",
     "step_fingerprint",
 ]
