@@ -39,16 +39,7 @@ BIN=${ZEPHON_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/zephon}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/short"
-python3 - "$DATA" "$TMP/short/part-0.jsonl" <<'EOF'
-import glob, json, sys
-with open(sys.argv[2], "w") as out:
-    for f in sorted(glob.glob(sys.argv[1] + "/corpora/a/jsonl/*.jsonl")):
-        for line in open(f):
-            for l in json.loads(line)["text"].split("\n"):
-                l = l.strip()
-                if 20 <= len(l) <= 200:
-                    out.write(json.dumps({"text": l}) + "\n")
-EOF
+python3 "$REPO/benches/one_line_docs.py" "$DATA" "$TMP/short/part-0.jsonl"
 
 LONG=${LONG:-$DATA/corpora/b/jsonl}
 spec() { # seed lanes algorithm shuffle(0|1) chunks exhaustion tail ensure(0|1) [balance] [end_of_data]

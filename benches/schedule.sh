@@ -29,16 +29,7 @@ BIN=${ZEPHON_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/zephon}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/short"
-python3 - "$DATA" "$TMP/short/part-0.jsonl" <<'EOF'
-import glob, json, sys
-with open(sys.argv[2], "w") as out:
-    for f in sorted(glob.glob(sys.argv[1] + "/corpora/a/jsonl/*.jsonl")):
-        for line in open(f):
-            for l in json.loads(line)["text"].split("\n"):
-                l = l.strip()
-                if 20 <= len(l) <= 200:
-                    out.write(json.dumps({"text": l}) + "\n")
-EOF
+python3 "$REPO/benches/one_line_docs.py" "$DATA" "$TMP/short/part-0.jsonl"
 
 spec() { # rows_per_step-schedule shares-switch-step seq_len shuffle_total lanes
     cat <<SPEC

@@ -307,6 +307,60 @@ impl Dataset for MemoryDataset {
     }
 }
 
+/// Every row of some datasets in one order (datasets, then shards, then rows, as listed),
+/// addressed by its index in that order: what work sources that read rows in order share.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowIndex {
+    /// (dataset, shard, rows) in reading order, empty shards left out.
+    shards: Vec<(u32, u32, u64)>,
+    total: u64,
+}
+
+impl RowIndex {
+    /// The rows of `manifests`, in order.
+    pub fn new(manifests: &[DatasetManifest]) -> Self {
+        let shards: Vec<(u32, u32, u64)> = manifests
+            .iter()
+            .enumerate()
+            .flat_map(|(d, m)| m.shards.iter().enumerate().map(move |(s, sh)| (d as u32, s as u32, sh.rows)))
+            .filter(|&(_, _, rows)| rows > 0)
+            .collect();
+        let total = shards.iter().map(|s| s.2).sum();
+        RowIndex { shards, total }
+    }
+
+    /// How many rows.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// The `i`-th row, or `None` past the end.
+    pub fn sample_at(&self, mut i: u64) -> Option<SampleId> {
+        for &(d, s, rows) in &self.shards {
+            if i < rows {
+                return Some(SampleId::new(d, s, i));
+            }
+            i -= rows;
+        }
+        None
+    }
+
+    /// The listing as settings values (`[dataset, shard, rows]` a shard), for fingerprints.
+    pub fn settings(&self) -> SettingsValue {
+        SettingsValue::List(
+            self.shards
+                .iter()
+                .map(|&(d, s, rows)| SettingsValue::List(vec![d.into(), s.into(), rows.into()]))
+                .collect(),
+        )
+    }
+}
+
 /// A simple work source over datasets: all rows of all datasets in order, cut into chunks of
 /// `chunk_size`, for a number of epochs. Block `n` of L consecutive chunks is dealt one chunk
 /// per lane by a seeded permutation, so lane `l`'s `n`-th chunk is found in O(1).
@@ -314,9 +368,7 @@ impl Dataset for MemoryDataset {
 /// For tests and examples; `zephon-mix` has the real one (mixtures, shuffles, exhaustion).
 #[derive(Clone, Debug)]
 pub struct SequentialSource {
-    /// (dataset, shard, rows) in reading order.
-    shards: Vec<(u32, u32, u64)>,
-    total: u64,
+    rows: RowIndex,
     chunk_size: u64,
     epochs: u64,
     seed: u64,
@@ -325,48 +377,27 @@ pub struct SequentialSource {
 impl SequentialSource {
     /// All rows of `manifests` in order, `chunk_size` per chunk, repeated `epochs` times.
     pub fn new(manifests: &[DatasetManifest], chunk_size: u64, epochs: u64, seed: u64) -> Self {
-        let shards: Vec<(u32, u32, u64)> = manifests
-            .iter()
-            .enumerate()
-            .flat_map(|(d, m)| m.shards.iter().enumerate().map(move |(s, sh)| (d as u32, s as u32, sh.rows)))
-            .filter(|&(_, _, rows)| rows > 0)
-            .collect();
-        let total = shards.iter().map(|s| s.2).sum();
-        SequentialSource { shards, total, chunk_size: chunk_size.max(1), epochs, seed }
-    }
-
-    fn sample_at(&self, mut i: u64) -> SampleId {
-        for &(d, s, rows) in &self.shards {
-            if i < rows {
-                return SampleId::new(d, s, i);
-            }
-            i -= rows;
-        }
-        unreachable!("index checked against total")
+        SequentialSource { rows: RowIndex::new(manifests), chunk_size: chunk_size.max(1), epochs, seed }
     }
 }
 
 impl WorkSource for SequentialSource {
     fn chunk(&self, lane: Lane, lanes: u32, n: u64) -> crate::Result<Option<Chunk>> {
-        let per_epoch = self.total.div_ceil(self.chunk_size);
+        let per_epoch = self.rows.len().div_ceil(self.chunk_size);
         let g = deal_chunk(self.seed, lane, lanes, n);
         if per_epoch == 0 || g >= per_epoch.saturating_mul(self.epochs) {
             return Ok(None);
         }
         let c = g % per_epoch;
         let start = c * self.chunk_size;
-        let end = (start + self.chunk_size).min(self.total);
-        Ok(Some(Chunk { index: g, samples: (start..end).map(|i| self.sample_at(i)).collect() }))
+        let end = (start + self.chunk_size).min(self.rows.len());
+        // Every index is below the total, so every row exists.
+        Ok(Some(Chunk { index: g, samples: (start..end).filter_map(|i| self.rows.sample_at(i)).collect() }))
     }
 
     fn fingerprint(&self) -> Settings {
-        let shards: Vec<SettingsValue> = self
-            .shards
-            .iter()
-            .map(|&(d, s, rows)| SettingsValue::List(vec![d.into(), s.into(), rows.into()]))
-            .collect();
         Settings::new("sequential", 1)
-            .set("shards", shards)
+            .set("shards", self.rows.settings())
             .set("chunk_size", self.chunk_size)
             .set("epochs", self.epochs)
             .set("seed", self.seed)

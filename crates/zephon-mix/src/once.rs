@@ -1,6 +1,6 @@
 //! Every row of every dataset once, in order: the work source of a validation pass.
 
-use zephon_core::{Chunk, DatasetManifest, Lane, SampleId, Settings, SettingsValue, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, Lane, RowIndex, SampleId, Settings, WorkSource};
 
 /// Every row of the datasets exactly once, in a fixed order (datasets, then shards, then rows,
 /// as listed), dealt to the lanes in turn: row `i` of that order is row `i / L` of lane
@@ -11,44 +11,25 @@ use zephon_core::{Chunk, DatasetManifest, Lane, SampleId, Settings, SettingsValu
 /// A lane's `n`-th chunk is its rows `n·C .. (n+1)·C` (C = `chunk_size`), computed directly.
 #[derive(Clone, Debug)]
 pub struct OnceInOrder {
-    /// (dataset, shard, rows) in reading order.
-    shards: Vec<(u32, u32, u64)>,
-    total: u64,
+    rows: RowIndex,
     chunk_size: u64,
 }
 
 impl OnceInOrder {
     /// All rows of `manifests` once, `chunk_size` rows a chunk.
     pub fn new(manifests: &[DatasetManifest], chunk_size: u32) -> Self {
-        let shards: Vec<(u32, u32, u64)> = manifests
-            .iter()
-            .enumerate()
-            .flat_map(|(d, m)| m.shards.iter().enumerate().map(move |(s, sh)| (d as u32, s as u32, sh.rows)))
-            .filter(|&(_, _, rows)| rows > 0)
-            .collect();
-        let total = shards.iter().map(|s| s.2).sum();
-        OnceInOrder { shards, total, chunk_size: u64::from(chunk_size.max(1)) }
+        OnceInOrder { rows: RowIndex::new(manifests), chunk_size: u64::from(chunk_size.max(1)) }
     }
 
     /// The rows of all datasets.
     pub fn rows(&self) -> u64 {
-        self.total
+        self.rows.len()
     }
 
     /// The rows lane `lane` of `lanes` gets: the most any lane gets is `ceil(rows / lanes)`.
     pub fn lane_rows(&self, lane: Lane, lanes: u32) -> u64 {
-        let (l, n) = (u64::from(lane.0), u64::from(lanes.max(1)));
-        if self.total > l { (self.total - l).div_ceil(n) } else { 0 }
-    }
-
-    fn sample_at(&self, mut i: u64) -> Option<SampleId> {
-        for &(d, s, rows) in &self.shards {
-            if i < rows {
-                return Some(SampleId::new(d, s, i));
-            }
-            i -= rows;
-        }
-        None
+        let (l, n, total) = (u64::from(lane.0), u64::from(lanes.max(1)), self.rows.len());
+        if total > l { (total - l).div_ceil(n) } else { 0 }
     }
 }
 
@@ -61,27 +42,23 @@ impl WorkSource for OnceInOrder {
         }
         let end = (start + self.chunk_size).min(own);
         let at = |k: u64| k * u64::from(lanes) + u64::from(lane.0);
-        let samples: Option<Vec<SampleId>> = (start..end).map(|k| self.sample_at(at(k))).collect();
+        let samples: Option<Vec<SampleId>> = (start..end).map(|k| self.rows.sample_at(at(k))).collect();
         let samples = samples.ok_or_else(|| zephon_core::Error::Source {
             lane,
-            message: format!("row {} of {} is past the data", at(end - 1), self.total),
+            message: format!("row {} of {} is past the data", at(end - 1), self.rows.len()),
         })?;
         Ok(Some(Chunk { index: n * u64::from(lanes) + u64::from(lane.0), samples }))
     }
 
     fn fingerprint(&self) -> Settings {
-        let shards: Vec<SettingsValue> = self
-            .shards
-            .iter()
-            .map(|&(d, s, rows)| SettingsValue::List(vec![d.into(), s.into(), rows.into()]))
-            .collect();
-        Settings::new("once_in_order", 1).set("shards", shards).set("chunk_size", self.chunk_size)
+        Settings::new("once_in_order", 1).set("shards", self.rows.settings()).set("chunk_size", self.chunk_size)
     }
 
     fn describe(&self) -> String {
         format!(
             "every row once, in order ({} rows), row i to lane i mod L, chunks of {} rows a lane",
-            self.total, self.chunk_size
+            self.rows.len(),
+            self.chunk_size
         )
     }
 }

@@ -42,9 +42,9 @@ impl ValidationLoader {
                 spec.validation.iter().flat_map(|v| v.datasets.iter().map(|d| d.name.clone())).collect();
             let loader = py
                 .detach(|| -> zephon::Result<_> {
-                    let v = spec.validation()?.ok_or_else(|| {
-                        zephon::Error::Build("the spec has no [validation] table".into())
-                    })?;
+                    let v = spec
+                        .validation()?
+                        .ok_or_else(|| zephon::Error::Build("the spec has no [validation] table".into()))?;
                     v.build(topology)
                 })
                 .map_err(|e| match e {
@@ -60,9 +60,8 @@ impl ValidationLoader {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Step>> {
-        let got = crate::no_panic(|| {
-            Ok(py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).next_step()))
-        })?;
+        let got =
+            crate::no_panic(|| Ok(py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).next_step())))?;
         Ok(got.map_err(PyZephonError::from)?.map(|s| Step::new(s, self.datasets.clone())))
     }
 
