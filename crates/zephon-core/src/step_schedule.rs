@@ -98,6 +98,10 @@ impl<T: Clone> From<StepSchedule<T>> for Vec<(u64, T)> {
     }
 }
 
+/// The most increments a [`RowsPerStep::ramp`] may take: a ramp is a list of segments, and a
+/// ramp of billions of 1-row increments would be a list of billions.
+pub const MAX_RAMP_INCREMENTS: u64 = 1 << 16;
+
 /// G(step): the rows of each global step, as a schedule (a batch-size ramp).
 ///
 /// A step's rows are, lane by lane, the next `G(step) / L` rows of each lane: every lane's rows
@@ -143,7 +147,12 @@ impl RowsPerStep {
         if steps < n {
             return bad(format!("{n} increments do not fit in {steps} steps"));
         }
-        let segments = (0..=n).map(|i| (i * steps / n, from + (i as u32) * by)).collect();
+        if n > MAX_RAMP_INCREMENTS {
+            return bad(format!("{n} increments; a ramp has at most {MAX_RAMP_INCREMENTS}"));
+        }
+        // In u128: `i × steps` may pass u64 for a ramp over very many steps.
+        let at = |i: u64| (u128::from(i) * u128::from(steps) / u128::from(n)) as u64;
+        let segments = (0..=n).map(|i| (at(i), from + (i as u32) * by)).collect();
         RowsPerStep::new(segments)
     }
 
@@ -175,9 +184,9 @@ impl RowsPerStep {
             .take_while(|(_, (s, _))| *s < step)
             .map(|(i, (s, g))| {
                 let end = segs.get(i + 1).map_or(step, |(n, _)| (*n).min(step));
-                (end - s) * u64::from(*g)
+                (end - s).saturating_mul(u64::from(*g))
             })
-            .sum()
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The first step at which the two schedules differ, if any.
@@ -338,6 +347,10 @@ mod tests {
         assert!(RowsPerStep::ramp(64, 256, 60, 300).is_err());
         assert!(RowsPerStep::ramp(64, 256, 64, 2).is_err());
         assert_eq!(RowsPerStep::ramp(8, 16, 8, 1).unwrap().segments(), &[(0, 8), (1, 16)]);
+        assert!(RowsPerStep::ramp(1, u32::MAX, 1, u64::MAX).unwrap_err().to_string().contains("at most 65536"));
+        let far = RowsPerStep::ramp(8, 16, 8, u64::MAX).unwrap();
+        assert_eq!(far.segments()[1].0, u64::MAX, "no overflow of i × steps");
+        assert_eq!(far.rows_before(u64::MAX), u64::MAX, "sums saturate");
     }
 
     #[test]
