@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chat benchmark (issue 33): conversations/s and tokens/s of our zephon (`[chat]`, the CLI) against
+# Chat benchmark: conversations/s and tokens/s of our zephon (`[chat]`, the CLI) against
 # Zephon 0.2.0's `Pipeline.tokenize_chat` (PyPI), on the same conversations (the test data's
 # chat/conversations.jsonl), the same template (chat/templates/llama3_training.jinja, TRL's
 # Llama-3.1 training template with {% generation %} blocks), the same tokenizer
