@@ -28,7 +28,7 @@
 //! let data = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("d", "text", vec![texts]))]);
 //! let report = check_in_engine(|| Upper, data, CheckOptions::default())?;
 //! assert!(report.steps > 0);
-//! # Ok::<(), String>(())
+//! # Ok::<(), zephon_core::testing::Violation>(())
 //! ```
 
 mod ranks;

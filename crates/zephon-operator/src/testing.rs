@@ -40,7 +40,7 @@
 //! let texts = (0..40).map(|i| format!("document {i}"));
 //! let report = check_operator(|| Upper, text_samples("text", texts), CheckOptions::default())?;
 //! assert_eq!(report.outputs, 40);
-//! # Ok::<(), String>(())
+//! # Ok::<(), zephon_operator::testing::Violation>(())
 //! ```
 
 use std::collections::HashMap;

@@ -124,7 +124,7 @@ impl<E: std::error::Error + 'static> std::error::Error for RanksError<E> {
 ///     seed: 7,
 ///     bad_records: BadRecords::Fail,
 ///     tail: Tail::Drop,
-///     metadata: Default::default(),
+///     token_estimates: Vec::new(),
 /// };
 /// let one = Ranks::engines(&spec, 4, 8, 1, ExecOptions::default(), None)?.fingerprints(3)?;
 /// let four = Ranks::engines(&spec, 4, 8, 4, ExecOptions::default(), None)?.steps(3, fingerprint)?;
