@@ -17,6 +17,8 @@ fuzz_target!(|data: &[u8]| {
             fields: Fields {
                 text: Some("text".into()),
                 extra: vec!["id".into()],
+                // A field read as its JSON text (a conversation's messages), whatever it holds.
+                json: vec!["messages".into()],
                 allow_empty: false,
                 max_row_bytes: Some(1 << 20),
                 images: None,
