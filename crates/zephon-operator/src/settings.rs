@@ -5,21 +5,7 @@
 //! that (its format is Rust's to change), so settings are written here as typed values and
 //! encoded by rules this crate owns and tests against fixed bytes.
 //!
-//! # The encoding (version [`SETTINGS_VERSION`])
-//! All integers little-endian. A *string* is its UTF-8 length as `u32` then its bytes.
-//! - Settings: the string `kind`, the `u32` version, the `u32` number of entries, then each
-//!   entry as its name (a string) and its value, **sorted by name** (so the order a builder
-//!   sets them in does not matter; a name set twice keeps the last value).
-//! - A value is a tag byte and a body: `0` none (no body); `1` bool (one byte, 0 or 1); `2`
-//!   unsigned (`u64`); `3` signed (`i64`); `4` float (the `f64`'s IEEE bits as `u64`; every NaN
-//!   is written as `0x7ff8000000000000` and `-0.0` as `0.0`); `5` text (a string); `6` list
-//!   (`u32` count, then the values); `7` map (`u32` count, then name and value for each, sorted
-//!   by name); `8` nested settings (as above).
-//!
-//! The text form ([`Settings::to_text`], `pack/v1 algorithm="best_fit" seq_len=1024`) is for
-//! people (plans, mismatch messages): it lists entries in the order they were set, which the
-//! author chose to read well; it is derived from the same values, and comparisons use the
-//! bytes.
+//! The encoding is documented on [`Settings`].
 
 use std::fmt::{self, Write as _};
 
@@ -39,7 +25,7 @@ pub enum SettingsValue {
     Unsigned(u64),
     /// A signed number.
     Signed(i64),
-    /// A real number (compared by its bits; see the module's encoding).
+    /// A real number (compared by its bits; see the encoding on [`Settings`]).
     Float(f64),
     /// A name, path, or any text.
     Text(String),
@@ -52,8 +38,25 @@ pub enum SettingsValue {
 }
 
 /// Every setting that changes the output of an operator or a source, typed, with a canonical
-/// byte encoding (see the [module](self) documentation) and a readable text form.
+/// byte encoding and a readable text form.
 ///
+/// # The encoding (version [`SETTINGS_VERSION`])
+/// All integers little-endian. A *string* is its UTF-8 length as `u32` then its bytes.
+/// - Settings: the string `kind`, the `u32` version, the `u32` number of entries, then each
+///   entry as its name (a string) and its value, **sorted by name** (so the order a builder
+///   sets them in does not matter; a name set twice keeps the last value).
+/// - A value is a tag byte and a body: `0` none (no body); `1` bool (one byte, 0 or 1); `2`
+///   unsigned (`u64`); `3` signed (`i64`); `4` float (the `f64`'s IEEE bits as `u64`; every NaN
+///   is written as `0x7ff8000000000000` and `-0.0` as `0.0`); `5` text (a string); `6` list
+///   (`u32` count, then the values); `7` map (`u32` count, then name and value for each, sorted
+///   by name); `8` nested settings (as above).
+///
+/// The text form ([`Settings::to_text`], `pack/v1 algorithm="best_fit" seq_len=1024`) is for
+/// people (plans, mismatch messages): it lists entries in the order they were set, which the
+/// author chose to read well; it is derived from the same values, and comparisons use the
+/// bytes.
+///
+/// # Example
 /// ```
 /// use zephon_operator::Settings;
 /// let s = Settings::new("pack", 1).set("seq_len", 1024u32).set("algorithm", "best_fit");

@@ -4,7 +4,7 @@
 //! lineage of the records its accumulators hold; a restore re-reads and re-processes only those
 //! records. Two shapes carry the same states:
 //!
-//! - **Files** ([`write`], [`load`]): each rank writes one file holding the lanes it owns,
+//! - **Files** ([`write()`], [`load()`]): each rank writes one file holding the lanes it owns,
 //!   atomically (temporary name, fsync, rename), with no collective. A restore at any world size
 //!   reads whichever files hold the lanes it now owns.
 //! - **Split** ([`SplitCheckpoint`]): one part replicated on every rank (the run's fingerprint
