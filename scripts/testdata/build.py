@@ -874,6 +874,7 @@ def main():
                    "corpora": counts}, f, indent=1)
         f.write("\n")
     captioned = build_captioned(art, out, files)
+    chat.build_vlm_chat(out, log, BuildError)
     edge = build_edge(art, out, warns)
     for w in warns:
         log(f"WARNING: {w}")

@@ -7,6 +7,10 @@ Output under OUT/chat/:
                                               {role, content} (a list<struct> in Parquet)
   templates/*.jinja                           TRL's training templates (with generation blocks)
   reference/<case>.jsonl                      per conversation: input_ids and the loss mask
+  vlm.jsonl                                   conversations about the captioned photos, with
+                                              {"type": "image"} parts and their `images` paths
+  reference/qwen2_5_vl-tagged.jsonl           what transformers makes of them (one
+                                              <|image_pad|> per image, as a tokenizer renders it)
 and tokenizers/{llama3_1,qwen2_5}/ with their tokenizer.json and tokenizer_config.json.
 """
 
@@ -32,6 +36,7 @@ CHAT_TOKENIZERS = [
 TRL_TEMPLATES = {
     "trl/chat_templates/llama3_training.jinja": "9dce981e2954cf77d4d0ad2dbacf8006a5fda34a0bdf4923075a933d08b69470",
     "trl/chat_templates/qwen2_5_training.jinja": "0cd86fb80f520885e35040a8df321540e729d3358da41f27cf74d33103d94f62",
+    "trl/chat_templates/qwen2_5_vl_training.jinja": "31c85932a6d8826f0fe8d52b81767eba6b869128b0a7c7503d1e7baaad4e8043",
 }
 # The reference cases: (name, tokenizer folder, template file under chat/templates or None for
 # the tokenizer_config.json's own).
@@ -43,6 +48,7 @@ CASES = [
 ]
 REFERENCE_CONVERSATIONS = 200
 SYSTEM = "You answer questions about the Python documentation, briefly and exactly."
+VLM_SYSTEM = "You describe pictures briefly and answer questions about the Python documentation."
 
 
 def build_chat(art, out, pydoc_rows, iter_tar, sha256, write_bytes, log, BuildError):
@@ -178,3 +184,64 @@ def prefix_difference(tok, messages):
     ends = [len(full[:b].encode("utf-8")) for _, b in enc["offset_mapping"]]
     mask = [int(any(e > s0 and s < e0 for s0, e0 in spans)) for s, e in zip(starts, ends)]
     return list(enc["input_ids"]), mask
+
+
+def build_vlm_chat(out, log, BuildError):
+    """Vision-language conversations about the captioned photos (built after them): one or two
+    photos a user turn, in the parts form (`{"type": "image"}`, `{"type": "text"}`) Hugging
+    Face datasets use, the caption as the answer, some with a later image turn or a follow-up
+    text turn from the documentation conversations; and transformers' rendering of them with
+    TRL's Qwen2.5-VL training template and the Qwen2.5 tokenizer."""
+    captioned = os.path.join(out, "images", "captioned")
+    with open(os.path.join(captioned, "captions.jsonl"), encoding="utf-8") as f:
+        photos = [json.loads(line) for line in f]
+    with open(os.path.join(out, "chat", "conversations.jsonl"), encoding="utf-8") as f:
+        text_turns = [json.loads(line)["messages"] for line in f][:len(photos)]
+    path = lambda p: "../images/captioned/" + p["file"]
+    rows = []
+    for k, photo in enumerate(photos):
+        other = photos[(k + 1) % len(photos)]
+        messages = [{"role": "system", "content": VLM_SYSTEM}] if k % 3 == 0 else []
+        if k % 4 == 1:
+            images = [path(photo), path(other)]
+            messages += [
+                {"role": "user", "content": [{"type": "text", "text": "Here are two pictures."}, {"type": "image"},
+                                             {"type": "image"}, {"type": "text", "text": "What is in each?"}]},
+                {"role": "assistant", "content": f"The first: {photo['caption']} The second: {other['caption']}"},
+            ]
+        else:
+            images = [path(photo)]
+            answer = photo["caption"]
+            messages += [
+                {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What does this picture show?"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": answer}] if k % 7 == 3 else answer},
+            ]
+        if k % 6 == 5:
+            images.append(path(other))
+            messages += [{"role": "user", "content": [{"type": "text", "text": "And this one?"}, {"type": "image"}]},
+                         {"role": "assistant", "content": other["caption"]}]
+        if k % 5 == 2:
+            messages += [m for m in text_turns[k] if m["role"] != "system"][:2]
+        rows.append({"id": photo["id"], "messages": messages, "images": images})
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    with open(os.path.join(out, "chat", "vlm.jsonl"), "w", encoding="utf-8") as f:
+        f.write(text)
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    from transformers import AutoTokenizer  # noqa: E402
+
+    tok = AutoTokenizer.from_pretrained(os.path.join(out, "tokenizers", "qwen2_5"))
+    source = open(os.path.join(out, "chat", "templates", "qwen2_5_vl_training.jinja"), encoding="utf-8").read()
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    lines = []
+    for r in rows:
+        got = tok.apply_chat_template(r["messages"], chat_template=source, tokenize=True, return_dict=True,
+                                      return_assistant_tokens_mask=True)
+        ids, mask = list(got["input_ids"]), list(got["assistant_masks"])
+        if ids.count(pad) != len(r["images"]) or sum(mask) == 0:
+            raise BuildError(f"vlm {r['id']}: {ids.count(pad)} image pads for {len(r['images'])} images")
+        lines.append(json.dumps({"input_ids": ids, "mask": mask}) + "\n")
+    with open(os.path.join(out, "chat", "reference", "qwen2_5_vl-tagged.jsonl"), "w") as f:
+        f.writelines(lines)
+    log(f"chat: {len(rows)} vision-language conversations, {sum(len(r['images']) for r in rows)} images")

@@ -39,6 +39,7 @@ mod checked_encoder;
 mod merge_table;
 mod nfc;
 mod piece_cache;
+mod placeholders;
 mod pretok;
 mod pretokenized;
 mod split;
@@ -49,6 +50,7 @@ mod tokenizer;
 mod vocab_table;
 
 pub use chat::{Chat, ChatTemplate, LongConversations, LossOn, Rendered, chat_counts};
+pub use placeholders::ImagePlaceholders;
 pub use pretokenized::PreTokenized;
-pub use tokenize::{ImagePlaceholders, LongDocuments, Tokenize};
+pub use tokenize::{LongDocuments, Tokenize};
 pub use tokenizer::{CheckReport, Error, Mismatch, Tokenizer};

@@ -1,10 +1,10 @@
 //! The tokenize operator.
 
 use zephon_operator::{
-    Assembly, Attachment, Field, Fragment, Lineage, Offer, OpError, Operator, Record, Settings, SettingsValue, Span,
-    Value,
+    Assembly, Field, Fragment, Lineage, Offer, OpError, Operator, Record, Settings, SettingsValue, Span, Value,
 };
 
+use crate::placeholders::{ImagePlaceholders, Markers};
 use crate::tokenizer::{Error, Tokenizer};
 
 /// What tokenize does with a document longer than `max_tokens`, as it tokenizes it.
@@ -45,48 +45,6 @@ pub struct Tokenize {
     eos: Option<(String, u32)>,
     long: LongDocuments,
     images: Option<ImagePlaceholders>,
-}
-
-/// How images a record carries (attachments of one kind, each with an `image_tokens` count set
-/// by the image operator) become placeholder tokens in the text.
-///
-/// Each `marker` in the text (`<image>`) stands for the record's next image, in item order;
-/// it is replaced by `[start] placeholder × image_tokens [end]`, and the image is placed on
-/// that span, atomic (no split or row boundary cuts it). A text without markers gets its
-/// images first, before the text (image-caption pairs). Any other count of markers than
-/// images is a bad record. Text between markers is tokenized piece by piece, as a tokenizer
-/// that treats the placeholder as an added token would.
-#[derive(Clone, Debug)]
-pub struct ImagePlaceholders {
-    kind: Field,
-    marker: String,
-    placeholder: (String, u32),
-    start: Option<(String, u32)>,
-    end: Option<(String, u32)>,
-}
-
-impl ImagePlaceholders {
-    /// Images of kind `kind` (`image`), marked by `marker` in the text, replaced by token
-    /// `placeholder` (an added token of `tokenizer`, e.g. `<image>` or `<|image_pad|>`).
-    pub fn new(tokenizer: &Tokenizer, kind: &str, marker: &str, placeholder: &str) -> Result<Self, Error> {
-        if marker.is_empty() {
-            return Err(Error::Config("the image marker must not be empty".into()));
-        }
-        Ok(ImagePlaceholders {
-            kind: Field::new(kind),
-            marker: marker.to_string(),
-            placeholder: (placeholder.to_string(), tokenizer.token_id(placeholder)?),
-            start: None,
-            end: None,
-        })
-    }
-
-    /// Tokens around each image's placeholders (Qwen2-VL: `<|vision_start|>`, `<|vision_end|>`).
-    pub fn around(mut self, tokenizer: &Tokenizer, start: &str, end: &str) -> Result<Self, Error> {
-        self.start = Some((start.to_string(), tokenizer.token_id(start)?));
-        self.end = Some((end.to_string(), tokenizer.token_id(end)?));
-        Ok(self)
-    }
 }
 
 impl Tokenize {
@@ -210,14 +168,7 @@ impl Operator for Tokenize {
             LongDocuments::Split { max_tokens } => Settings::new("split", 1).set("max_tokens", max_tokens).into(),
             LongDocuments::Truncate { max_tokens } => Settings::new("truncate", 1).set("max_tokens", max_tokens).into(),
         };
-        let images = self.images.as_ref().map(|i| {
-            Settings::new("image_placeholders", 1)
-                .set("kind", i.kind.as_str())
-                .set("marker", &i.marker)
-                .set("placeholder", token(&Some(i.placeholder.clone())))
-                .set("start", token(&i.start))
-                .set("end", token(&i.end))
-        });
+        let images = self.images.as_ref().map(ImagePlaceholders::settings);
         let dataset_fields: Vec<&str> = self.dataset_fields.iter().map(Field::as_str).collect();
         Settings::new("tokenize", 1)
             .set("tokenizer", self.tokenizer.fingerprint())
@@ -247,20 +198,7 @@ impl Operator for Tokenize {
             special(&self.bos),
             special(&self.eos),
             self.long
-        ) + &self
-            .images
-            .as_ref()
-            .map(|im| {
-                format!(
-                    ", {} {:?} markers become {}{} × image_tokens{}",
-                    im.kind,
-                    im.marker,
-                    im.start.as_ref().map_or(String::new(), |s| format!("{} ", s.0)),
-                    im.placeholder.0,
-                    im.end.as_ref().map_or(String::new(), |e| format!(" {}", e.0)),
-                )
-            })
-            .unwrap_or_default()
+        ) + &self.images.as_ref().map(|im| format!(", {}", im.describe())).unwrap_or_default()
             + &self.tokenizer.load_notes().iter().map(|n| format!("; {n}")).collect::<String>()
     }
 
@@ -281,70 +219,6 @@ impl Operator for Tokenize {
 }
 
 impl Tokenize {
-    /// The ids of `text` with the record's images in it: each marker (or, with none, the
-    /// start) becomes the image's placeholder run, and the image is placed on that span
-    /// (positions counted after a BOS, when there is one).
-    fn encode_with_images(
-        &self,
-        text: &str,
-        im: &ImagePlaceholders,
-        record: &mut Record,
-        bos: bool,
-    ) -> Result<Vec<u32>, String> {
-        let mut images: Vec<Attachment> = Vec::new();
-        let mut others = Vec::new();
-        for a in record.take_attachments() {
-            if a.kind() == &im.kind { images.push(a) } else { others.push(a) }
-        }
-        images.sort_by_key(Attachment::item);
-        let pieces: Vec<&str> = text.split(im.marker.as_str()).collect();
-        let markers = pieces.len() - 1;
-        if markers != 0 && markers != images.len() {
-            return Err(format!("the text has {markers} {:?} markers for {} images", im.marker, images.len()));
-        }
-        let mut ids: Vec<u32> = Vec::with_capacity(text.len() / 3 + 16);
-        let offset = bos as u32;
-        let place = |ids: &mut Vec<u32>, a: Attachment| -> Result<Attachment, String> {
-            let n = match a.get(zephon_operator::columns::IMAGE_TOKENS) {
-                Some(Value::Int(n)) if *n > 0 => *n as usize,
-                _ => {
-                    return Err(format!(
-                        "{} #{} has no image_tokens: put the images operator before tokenize",
-                        im.kind,
-                        a.item()
-                    ));
-                }
-            };
-            let start = ids.len() as u32 + offset;
-            ids.extend(im.start.as_ref().map(|s| s.1));
-            ids.extend(std::iter::repeat_n(im.placeholder.1, n));
-            ids.extend(im.end.as_ref().map(|e| e.1));
-            let len = ids.len() as u32 + offset - start;
-            let span = Span::at(start, len).ok_or_else(|| "an image span overflows".to_string())?;
-            Ok(a.placed(span, true))
-        };
-        let mut placed = Vec::with_capacity(images.len());
-        let mut images = images.into_iter();
-        if markers == 0 {
-            for a in images.by_ref() {
-                placed.push(place(&mut ids, a)?);
-            }
-        }
-        for (i, piece) in pieces.iter().enumerate() {
-            if i > 0 {
-                let a = images.next().ok_or_else(|| "more markers than images".to_string())?;
-                placed.push(place(&mut ids, a)?);
-            }
-            if !piece.is_empty() {
-                ids.extend(self.tokenizer.encode(piece).map_err(|e| e.to_string())?);
-            }
-        }
-        for a in placed.into_iter().chain(others) {
-            record.attach(a);
-        }
-        Ok(ids)
-    }
-
     /// Tokenizes `record`; with `need`, only as far as the first `need` tokens (pieces past
     /// them are not produced, and a document cut short gets no EOS).
     ///
@@ -365,7 +239,7 @@ impl Tokenize {
             None => return Err(OpError::Data(format!("no field {:?}", field.as_str()))),
         };
         let has_images = match &self.images {
-            Some(im) => record.attachments().iter().any(|a| a.kind() == &im.kind),
+            Some(im) => im.carried_by(&record),
             None => false,
         };
         if record
@@ -379,9 +253,9 @@ impl Tokenize {
         }
         let bos = self.bos.as_ref().map(|b| b.1);
         let (mut ids, whole) = match (need, &self.images) {
-            (_, Some(im)) if has_images => {
-                self.encode_with_images(&text, im, &mut record, bos.is_some()).map(|ids| (ids, true))
-            }
+            (_, Some(im)) if has_images => im
+                .place(&self.tokenizer, &text, &mut record, Markers::OrImagesFirst, bos.is_some() as u32, None)
+                .map(|ids| (ids, true)),
             (Some(n), _) => {
                 self.tokenizer.encode_prefix(&text, n.saturating_sub(bos.is_some() as usize)).map_err(|e| e.to_string())
             }

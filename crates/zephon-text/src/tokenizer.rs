@@ -94,8 +94,11 @@ pub struct Tokenizer {
     source: String,
     /// Each id's bytes, for a byte-level vocabulary (built on first use; `None` otherwise):
     /// token offsets without the `tokenizers` crate's per-token objects.
-    token_bytes: Arc<std::sync::OnceLock<Option<Vec<Box<[u8]>>>>>,
+    token_bytes: Arc<std::sync::OnceLock<Option<TokenBytes>>>,
 }
+
+/// Each id's bytes, indexed by id.
+type TokenBytes = Vec<Box<[u8]>>;
 
 /// How the fast path compared with the `tokenizers` crate on some texts
 /// ([`Tokenizer::check_against_reference`]).
@@ -419,7 +422,7 @@ impl Tokenizer {
 
 /// Each id's bytes, when every entry of the model's vocabulary is spelt in the byte-level
 /// alphabet (added tokens are their own text); `None` otherwise.
-fn token_bytes(inner: &tokenizers::Tokenizer) -> Option<Vec<Box<[u8]>>> {
+fn token_bytes(inner: &tokenizers::Tokenizer) -> Option<TokenBytes> {
     let chars = crate::bpe::byte_chars();
     let byte_of = |c: char| chars.iter().position(|&x| x == c).map(|b| b as u8);
     let mut table: Vec<Box<[u8]>> = vec![Box::default(); inner.get_vocab_size(true)];

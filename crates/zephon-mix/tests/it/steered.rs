@@ -255,8 +255,8 @@ fn the_closed_loop_follows_the_shares_in_force() {
     let (from, to) = (by_step[309], by_step[by_step.len() - 1]);
     let got: Vec<u64> = (0..3).map(|d| to[d] - from[d]).collect();
     let total: u64 = got.iter().sum();
-    for d in 0..3 {
-        let share = got[d] as f64 / total as f64;
-        assert!((share - schedule.at(300)[d]).abs() < 0.03, "dataset {d}: {share:.3} of {total} tokens");
+    for (d, (&n, want)) in got.iter().zip(schedule.at(300)).enumerate() {
+        let share = n as f64 / total as f64;
+        assert!((share - want).abs() < 0.03, "dataset {d}: {share:.3} of {total} tokens");
     }
 }

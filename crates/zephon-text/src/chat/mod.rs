@@ -19,6 +19,10 @@ use zephon_operator::{
 pub use template::{ChatTemplate, Rendered};
 
 use crate::Tokenizer;
+use crate::placeholders::{ImagePlaceholders, Markers};
+
+/// A conversation's token ids, loss mask, and the token where each message starts.
+type Encoded = (Vec<u32>, Vec<u8>, Vec<usize>);
 
 /// Which tokens the loss is on (`loss_mask` 1).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -83,6 +87,11 @@ impl LongConversations {
 ///   prompt (the template must render each conversation as a prefix of the next; one that
 ///   does not is a bad record). A token is marked when its bytes overlap such a span.
 /// - A template error is a bad record, with the template's own message.
+/// - Images (vision-language chat, with [`Chat::images`]): the record's images, decoded by the
+///   image operator before this one, are placed where the template writes their markers (a
+///   message part `{"type": "image"}` becomes, say, `<|vision_start|><|image_pad|><|vision_end|>`),
+///   one marker per image in order, as [`ImagePlaceholders`] says; placeholder tokens are never
+///   on the loss.
 #[derive(Clone, Debug)]
 pub struct Chat {
     tokenizer: Tokenizer,
@@ -91,6 +100,7 @@ pub struct Chat {
     loss: LossOn,
     long: Option<(LongConversations, usize)>,
     roles: Arc<[String]>,
+    images: Option<ImagePlaceholders>,
     /// Take the limit from the packer after it (its row length), when no limit was given.
     limit_from_packer: Option<LongConversations>,
 }
@@ -106,6 +116,7 @@ impl Chat {
             loss: LossOn::default(),
             long: None,
             roles: ["system", "user", "assistant", "tool"].iter().map(|r| r.to_string()).collect(),
+            images: None,
             limit_from_packer: None,
         }
     }
@@ -151,23 +162,33 @@ impl Chat {
         self
     }
 
+    /// Places the record's images where the template writes their markers (see
+    /// [`ImagePlaceholders`]; every marker needs an image and every image a marker).
+    #[must_use]
+    pub fn images(mut self, images: ImagePlaceholders) -> Self {
+        self.images = Some(images);
+        self
+    }
+
     /// The template.
     pub fn template(&self) -> &ChatTemplate {
         &self.template
     }
 
-    /// The conversation of `messages` (JSON text) as token ids and their loss mask.
+    /// The conversation of `messages` (JSON text) as token ids and their loss mask (images,
+    /// which a record carries, are not placed: their markers stay text).
     pub fn encode(&self, messages: &str) -> Result<(Vec<u32>, Vec<u8>), String> {
-        let (ids, mask, _) = self.encode_with_turns(messages, false)?;
+        let (ids, mask, _) = self.encode_with_turns(messages, false, None)?;
         Ok((ids, mask))
     }
 
-    /// Ids, mask and (with `turns`) the token index where each message's rendering starts.
-    fn encode_with_turns(&self, messages: &str, turns: bool) -> Result<(Vec<u32>, Vec<u8>, Vec<usize>), String> {
+    /// Ids, mask and (with `turns`) the token index where each message's rendering starts;
+    /// with `record`, its images placed (see [`Chat::images`]).
+    fn encode_with_turns(&self, messages: &str, turns: bool, record: Option<&mut Record>) -> Result<Encoded, String> {
         let parsed = messages::parse(messages, &self.roles)?;
         let rendered = self.template.render(&parsed.value, false)?;
         let spans = match self.loss {
-            LossOn::Everything => vec![0..rendered.text.len()],
+            LossOn::Everything => std::iter::once(0..rendered.text.len()).collect(),
             _ if self.template.has_generation_blocks() => rendered.generation.clone(),
             _ => self.assistant_spans(&parsed, &rendered.text)?,
         };
@@ -175,9 +196,22 @@ impl Chat {
             LossOn::LastAssistantTurn => spans.last().cloned().into_iter().collect(),
             _ => spans,
         };
-        let (ids, offsets) = self.tokenizer.encode_with_offsets(&rendered.text).map_err(|e| e.to_string())?;
-        let mask: Vec<u8> =
+        let mut record = record.filter(|_| self.images.is_some());
+        let (ids, offsets) = match (&self.images, record.as_deref_mut()) {
+            (Some(im), Some(record)) => {
+                let mut offsets = Vec::new();
+                let ids =
+                    im.place(&self.tokenizer, &rendered.text, record, Markers::Required, 0, Some(&mut offsets))?;
+                (ids, offsets)
+            }
+            _ => self.tokenizer.encode_with_offsets(&rendered.text).map_err(|e| e.to_string())?,
+        };
+        let mut mask: Vec<u8> =
             offsets.iter().map(|t| u8::from(spans.iter().any(|s| t.end > s.start && t.start < s.end))).collect();
+        // A placeholder is never a target, even inside an assistant's message.
+        for span in record.iter().flat_map(|r| r.attachments()).filter_map(|a| a.span()) {
+            mask.get_mut(span.start() as usize..span.end() as usize).into_iter().flatten().for_each(|m| *m = 0);
+        }
         let starts = if turns { self.turn_starts(&parsed, &rendered.text, &offsets) } else { Vec::new() };
         Ok((ids, mask, starts))
     }
@@ -247,8 +281,14 @@ impl Operator for Chat {
         }
     }
 
-    /// Takes its length limit from the packer after it, when asked to.
+    /// Takes its length limit from the packer after it, when asked to, and refuses to come
+    /// before the decoding of images: it places each image by its token count.
     fn assemble(&self, plan: &Assembly<'_>) -> Result<Option<Arc<dyn Operator>>, OpError> {
+        if let Some((name, kind)) = plan.after(|o| o.decodes.clone()) {
+            return Err(OpError::Fatal(format!(
+                "{name} (decoding {kind}) must come before chat: chat places each image by its token count"
+            )));
+        }
         let Some(policy) = self.limit_from_packer else { return Ok(None) };
         let Some((_, n)) = plan.after(|o| o.row_length) else {
             return Err(OpError::Fatal(
@@ -275,11 +315,12 @@ impl Operator for Chat {
             .set("loss_on", self.loss.as_str())
             .set("long", long)
             .set("roles", self.roles.to_vec())
+            .set("images", self.images.as_ref().map(ImagePlaceholders::settings))
     }
 
     fn describe(&self) -> String {
         format!(
-            "{} (sha256 {}…) rendering {:?} with {} (sha256 {}…, {}), loss on {}, long conversations: {}",
+            "{} (sha256 {}…) rendering {:?} with {} (sha256 {}…, {}), loss on {}, long conversations: {}{}",
             self.tokenizer.source(),
             &self.tokenizer.sha256()[..12],
             self.field.as_str(),
@@ -295,7 +336,8 @@ impl Operator for Chat {
                 (Some((p, n)), _) => format!("{} at {n} tokens", p.as_str()),
                 (None, Some(p)) => format!("{} at the row length", p.as_str()),
                 (None, None) => "kept whole (a packer cuts them like documents)".into(),
-            }
+            },
+            self.images.as_ref().map(|im| format!(", {}", im.describe())).unwrap_or_default()
         )
     }
 
@@ -316,8 +358,19 @@ impl Operator for Chat {
             }
             None => return Err(OpError::Data(format!("no field {:?}", self.field.as_str()))),
         };
+        if record
+            .attachments()
+            .iter()
+            .any(|a| a.span().is_none() && self.images.as_ref().is_none_or(|im| a.kind() != &im.kind))
+        {
+            return Err(OpError::Fatal(
+                "the record carries attachments with no place in the conversation, and chat places none of that kind \
+                 (set images on chat)"
+                    .into(),
+            ));
+        }
         let split = matches!(self.limit(), Some((LongConversations::SplitAtTurns, _)));
-        let (ids, mask, turns) = self.encode_with_turns(&text, split).map_err(OpError::Data)?;
+        let (ids, mask, turns) = self.encode_with_turns(&text, split, Some(&mut record)).map_err(OpError::Data)?;
         drop(text);
         if ids.is_empty() {
             return Err(OpError::Data("the conversation renders to no tokens".into()));
@@ -333,6 +386,12 @@ impl Operator for Chat {
         };
         match policy {
             LongConversations::Truncate => {
+                let max = record.safe_cut(max);
+                if max == 0 {
+                    return Err(OpError::Data(
+                        "the conversation starts with an image longer than the length limit".into(),
+                    ));
+                }
                 let kept = record.slice(0, max)?;
                 out.push(
                     kept.with(&Field::new(CUT), Value::Int(TRUNCATED))
@@ -353,7 +412,12 @@ impl Operator for Chat {
                         .filter(|&t| t > at && t <= limit)
                         .max()
                         .filter(|_| limit < n as usize)
-                        .unwrap_or(limit);
+                        .unwrap_or_else(|| record.safe_cut(limit));
+                    if end <= at {
+                        return Err(OpError::Data(format!(
+                            "an image at token {at} is longer than the length limit of {max} tokens"
+                        )));
+                    }
                     let mut piece = record.slice(at, end)?;
                     if at == 0 {
                         piece = piece.with(&Field::new(CUT), Value::Int(SPLIT));

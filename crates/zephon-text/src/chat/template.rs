@@ -318,7 +318,7 @@ fn write_py_json(v: &JValue, indent: Option<usize>, sort: bool, depth: usize, ou
         ValueKind::Map => {
             let mut keys: Vec<JValue> = v.try_iter()?.collect();
             if sort {
-                keys.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+                keys.sort_by_key(|k| k.to_string());
             }
             if keys.is_empty() {
                 out.push_str("{}");

@@ -161,3 +161,169 @@ fn long_conversations_are_split_at_turns_truncated_or_skipped() {
     assert!(none.is_empty());
     assert_eq!(counts[..4], [0, 0, 0, 1]);
 }
+
+/// Vision-language conversations (photos with `{"type": "image"}` parts) under TRL's
+/// Qwen2.5-VL training template: the ids and mask equal transformers' with each
+/// `<|image_pad|>` widened to the image's placeholder count, every image placed on its run
+/// (`<|vision_start|>`, the pads, `<|vision_end|>`), no placeholder on the loss.
+#[test]
+fn vision_language_conversations_equal_transformers_with_images_placed() {
+    use zephon_core::Attachment;
+    use zephon_text::ImagePlaceholders;
+    let tokenizer = Tokenizer::from_file(&data("tokenizers/qwen2_5/tokenizer.json")).unwrap();
+    let (start, pad, end) = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>");
+    let images = ImagePlaceholders::new(&tokenizer, "image", &format!("{start}{pad}{end}"), pad)
+        .unwrap()
+        .around(&tokenizer, start, end)
+        .unwrap();
+    let pad_id = tokenizer.token_id(pad).unwrap();
+    let c = chat("qwen2_5", Some("qwen2_5_vl_training.jinja")).images(images);
+    let rows = std::fs::read_to_string(data("chat/vlm.jsonl")).unwrap();
+    let reference = std::fs::read_to_string(data("chat/reference/qwen2_5_vl-tagged.jsonl")).unwrap();
+    let (kind, tokens) = (Field::new(columns::IMAGE), Field::new(columns::IMAGE_TOKENS));
+    let mut n = 0;
+    for (i, (row, line)) in rows.lines().zip(reference.lines()).enumerate() {
+        let row: serde_json::Value = serde_json::from_str(row).unwrap();
+        let want: serde_json::Value = serde_json::from_str(line).unwrap();
+        let count = row["images"].as_array().unwrap().len();
+        // Placeholder counts differ by image, as dynamic resolution makes them.
+        let per_image: Vec<usize> = (0..count).map(|k| 3 + 5 * k + i % 4).collect();
+        let mut r = record(&row["messages"].to_string());
+        for (k, &t) in per_image.iter().enumerate().rev() {
+            r.attach(Attachment::new(&kind, k as u32).with(&tokens, Value::Int(t as i64)));
+        }
+        let (mut ids, mut mask) = (Vec::new(), Vec::new());
+        let mut widths = per_image.iter();
+        let want_ids: Vec<u32> = serde_json::from_value(want["input_ids"].clone()).unwrap();
+        let want_mask: Vec<u8> = serde_json::from_value(want["mask"].clone()).unwrap();
+        for (&id, &m) in want_ids.iter().zip(&want_mask) {
+            let times = if id == pad_id { *widths.next().unwrap() } else { 1 };
+            ids.extend(std::iter::repeat_n(id, times));
+            mask.extend(std::iter::repeat_n(if id == pad_id { 0 } else { m }, times));
+        }
+        let mut out = Vec::new();
+        c.apply(r, &mut out).unwrap_or_else(|e| panic!("#{i}: {e}"));
+        let got = out.pop().unwrap();
+        let seq = |f: &str| got.get(f).and_then(Value::as_array).unwrap().clone();
+        assert_eq!(seq(columns::TOKENS).as_u32().unwrap(), &ids[..], "#{i}: ids");
+        assert_eq!(seq(columns::LOSS_MASK).as_u8().unwrap(), &mask[..], "#{i}: mask");
+        let mut placed: Vec<_> = got.attachments().iter().map(|a| (a.item(), a.span().unwrap())).collect();
+        placed.sort_by_key(|p| p.0);
+        assert_eq!(placed.len(), count, "#{i}");
+        for ((item, span), &width) in placed.iter().zip(&per_image) {
+            let run = &ids[span.start() as usize..span.end() as usize];
+            assert_eq!(run.len(), width + 2, "#{i} image {item}");
+            assert_eq!(run[0], tokenizer.token_id(start).unwrap());
+            assert!(run[1..=width].iter().all(|&t| t == pad_id) && run[width + 1] == tokenizer.token_id(end).unwrap());
+        }
+        n += 1;
+    }
+    assert_eq!(n, 43, "the reference covers every photo's conversation");
+}
+
+/// A conversation whose markers and images disagree is a bad record, as is one carrying
+/// images that chat was not told to place.
+#[test]
+fn images_and_markers_must_agree() {
+    use zephon_core::Attachment;
+    use zephon_text::ImagePlaceholders;
+    let tokenizer = Tokenizer::from_file(&data("tokenizers/qwen2_5/tokenizer.json")).unwrap();
+    let marker = "<|vision_start|><|image_pad|><|vision_end|>";
+    let images = ImagePlaceholders::new(&tokenizer, "image", marker, "<|image_pad|>").unwrap();
+    let c = chat("qwen2_5", Some("qwen2_5_vl_training.jinja")).images(images);
+    let two = r#"[{"role": "user", "content": [{"type": "image"}, {"type": "image"}]}, {"role": "assistant", "content": "a"}]"#;
+    let image = |k: u32| {
+        Attachment::new(&Field::new(columns::IMAGE), k).with(&Field::new(columns::IMAGE_TOKENS), Value::Int(4))
+    };
+    let mut one = record(two);
+    one.attach(image(0));
+    let e = c.apply(one, &mut Vec::new()).unwrap_err().to_string();
+    assert!(e.contains("2 \"<|vision_start|><|image_pad|><|vision_end|>\" markers for 1 images"), "{e}");
+    let e = c.apply(record(two), &mut Vec::new()).unwrap_err().to_string();
+    assert!(e.contains("markers for 0 images"), "{e}");
+    let mut unplaced = record(two);
+    unplaced.attach(image(0));
+    let e = chat("qwen2_5", Some("qwen2_5_vl_training.jinja")).apply(unplaced, &mut Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("set images on chat"), "{e}");
+}
+
+/// Images' runs are never on the loss and never cut: under `loss_on = everything` only they are
+/// off the loss; a long conversation truncated keeps the images that fit whole, and split, each
+/// piece carries its own images whole.
+#[test]
+fn images_are_never_on_the_loss_nor_cut() {
+    use zephon_core::Attachment;
+    use zephon_text::ImagePlaceholders;
+    let tokenizer = Tokenizer::from_file(&data("tokenizers/qwen2_5/tokenizer.json")).unwrap();
+    let pad = "<|image_pad|>";
+    let images = ImagePlaceholders::new(&tokenizer, "image", &format!("<|vision_start|>{pad}<|vision_end|>"), pad)
+        .unwrap()
+        .around(&tokenizer, "<|vision_start|>", "<|vision_end|>")
+        .unwrap();
+    let two = r#"[{"role": "user", "content": [{"type": "text", "text": "Two pictures."}, {"type": "image"}, {"type": "image"}, {"type": "text", "text": "What is in each?"}]}, {"role": "assistant", "content": "A camera and a fish."}]"#;
+    let with_images = || {
+        let mut r = record(two);
+        for k in 0..2 {
+            r.attach(
+                Attachment::new(&Field::new(columns::IMAGE), k)
+                    .with(&Field::new(columns::IMAGE_TOKENS), Value::Int(40)),
+            );
+        }
+        r
+    };
+    let spans = |r: &Record| -> Vec<(u32, u32)> {
+        let mut s: Vec<_> =
+            r.attachments().iter().map(|a| (a.span().unwrap().start(), a.span().unwrap().end())).collect();
+        s.sort();
+        s
+    };
+    let whole = {
+        let c = chat("qwen2_5", Some("qwen2_5_vl_training.jinja")).images(images.clone());
+        let mut out = Vec::new();
+        c.apply(with_images(), &mut out).unwrap();
+        out.pop().unwrap()
+    };
+    let (first, second) = match spans(&whole)[..] {
+        [a, b] => (a, b),
+        ref other => panic!("{other:?}"),
+    };
+    assert_eq!((first.1 - first.0, second.0), (42, first.1), "two runs of 40 pads with start and end, adjacent");
+    // Under loss_on = everything, every token is on the loss but the images' runs.
+    let everything = {
+        let c = chat("qwen2_5", Some("qwen2_5_vl_training.jinja")).images(images.clone()).loss_on(LossOn::Everything);
+        let mut out = Vec::new();
+        c.apply(with_images(), &mut out).unwrap();
+        out.pop().unwrap()
+    };
+    let mask = everything.get(columns::LOSS_MASK).and_then(Value::as_array).unwrap().as_u8().unwrap().to_vec();
+    for (i, m) in mask.iter().enumerate() {
+        let in_image = (first.0 as usize..second.1 as usize).contains(&i);
+        assert_eq!(*m, u8::from(!in_image), "position {i}");
+    }
+    // A limit inside the second image.
+    let limit = second.0 as usize + 5;
+    let run = |policy| {
+        let c = chat("qwen2_5", Some("qwen2_5_vl_training.jinja"))
+            .images(images.clone())
+            .long_conversations(policy, limit)
+            .unwrap();
+        let mut out = Vec::new();
+        c.apply(with_images(), &mut out).unwrap();
+        out
+    };
+    let kept = run(LongConversations::Truncate);
+    let tokens = |r: &Record| r.get(columns::TOKENS).and_then(Value::as_array).unwrap().as_u32().unwrap().to_vec();
+    assert_eq!(tokens(&kept[0]).len(), second.0 as usize, "truncated before the second image");
+    assert_eq!(spans(&kept[0]), vec![first]);
+    let pieces = run(LongConversations::SplitAtTurns);
+    assert!(pieces.len() >= 2);
+    assert_eq!(spans(&pieces[0]), vec![first]);
+    assert_eq!(spans(&pieces[1]).first().map(|s| s.0), Some(0), "the second image opens the next piece");
+    assert_eq!(pieces.iter().flat_map(tokens).collect::<Vec<_>>(), tokens(&whole));
+    // An image longer than the limit cannot be kept whole anywhere.
+    let c = chat("qwen2_5", Some("qwen2_5_vl_training.jinja"))
+        .images(images)
+        .long_conversations(LongConversations::SplitAtTurns, 30);
+    let e = c.unwrap().apply(with_images(), &mut Vec::new()).unwrap_err().to_string();
+    assert!(e.contains("longer than the length limit"), "{e}");
+}

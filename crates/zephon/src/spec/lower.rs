@@ -269,6 +269,7 @@ impl Spec {
         let mut vars: std::collections::BTreeMap<String, serde_json::Value> =
             c.variables.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str()))).collect();
         vars.extend(c.flags.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(*v))));
+        let images = self.image_placeholders("chat", &tokenizer, c.image_tokens())?;
         let mut chat = Chat::new(tokenizer, template.with_globals(vars))
             .field(c.field.as_deref().unwrap_or("messages"))
             .loss_on(match c.loss_on.unwrap_or(ChatLossOn::AssistantTurns) {
@@ -276,6 +277,9 @@ impl Spec {
                 ChatLossOn::LastAssistantTurn => LossOn::LastAssistantTurn,
                 ChatLossOn::Everything => LossOn::Everything,
             });
+        if let Some(im) = images {
+            chat = chat.images(im);
+        }
         if let Some(roles) = &c.roles {
             chat = chat.roles(&roles.iter().map(String::as_str).collect::<Vec<_>>());
         }
@@ -390,6 +394,31 @@ impl Spec {
         Images::new(c).map_err(v)
     }
 
+    /// How `[section]` places images, when there is an `[images]` section (feature `text`).
+    #[cfg(feature = "text")]
+    fn image_placeholders(
+        &self,
+        section: &str,
+        tokenizer: &zephon_text::Tokenizer,
+        t: ImageTokensSpec<'_>,
+    ) -> Result<Option<zephon_text::ImagePlaceholders>> {
+        if self.images.is_none() {
+            return Ok(None);
+        }
+        let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[{section}] {m}") };
+        let token = t.image_token.ok_or_else(|| {
+            bad("image_token is needed with [images]: the added token each image's placeholders use".into())
+        })?;
+        let marker = t.image_marker.unwrap_or("<image>");
+        let im =
+            zephon_text::ImagePlaceholders::new(tokenizer, "image", marker, token).map_err(|e| bad(e.to_string()))?;
+        match (t.image_start, t.image_end) {
+            (Some(a), Some(b)) => im.around(tokenizer, a, b).map(Some).map_err(|e| bad(e.to_string())),
+            (None, None) => Ok(Some(im)),
+            _ => Err(bad("image_start and image_end go together: give both or neither".into())),
+        }
+    }
+
     #[cfg(feature = "text")]
     fn tokenize_op(&self, t: &TokenizeSpec, seq_len: Option<usize>) -> Result<zephon_text::Tokenize> {
         use zephon_text::{LongDocuments, Tokenize, Tokenizer};
@@ -397,29 +426,7 @@ impl Spec {
         // Each dataset's own `text_field` is set by the pipeline when it opens the datasets.
         let tokenizer = tokenizer.allow_special_tokens_in_text(t.special_tokens_in_text);
         let mut op = Tokenize::new(tokenizer.clone());
-        if self.images.is_some() {
-            let token = t.image_token.as_deref().ok_or_else(|| Error::Spec {
-                path: self.file.clone(),
-                message:
-                    "[tokenize] image_token is needed with [images]: the added token each image's placeholders use"
-                        .into(),
-            })?;
-            let mut im = zephon_text::ImagePlaceholders::new(
-                &tokenizer,
-                "image",
-                t.image_marker.as_deref().unwrap_or("<image>"),
-                token,
-            )?;
-            match (&t.image_start, &t.image_end) {
-                (Some(a), Some(b)) => im = im.around(&tokenizer, a, b)?,
-                (None, None) => {}
-                _ => {
-                    return Err(Error::Spec {
-                        path: self.file.clone(),
-                        message: "[tokenize] image_start and image_end go together: give both or neither".into(),
-                    });
-                }
-            }
+        if let Some(im) = self.image_placeholders("tokenize", &tokenizer, t.image_tokens())? {
             op = op.images(im);
         }
         if let Some(b) = &t.bos {

@@ -180,10 +180,10 @@ impl Spec {
         if self.datasets.iter().any(|d| d.share.is_some()) != self.datasets.iter().all(|d| d.share.is_some()) {
             return Err("give every dataset a `share`, or every dataset a `weight`".into());
         }
-        if let Some(w) = self.schedule.as_ref().and_then(|s| s.shares.as_ref()) {
-            if w.first().is_none_or(|(step, _)| *step != 0) {
-                return Err("[schedule] shares starts at step 0: `[[0, { ... }], ...]`".into());
-            }
+        if let Some(w) = self.schedule.as_ref().and_then(|s| s.shares.as_ref())
+            && w.first().is_none_or(|(step, _)| *step != 0)
+        {
+            return Err("[schedule] shares starts at step 0: `[[0, { ... }], ...]`".into());
         }
         if let Some(p) = &self.pack
             && p.seq_len == 0
@@ -268,16 +268,12 @@ impl Spec {
             if let Some(d) = self.datasets.iter().find(|d| d.images.is_some()) {
                 return Err(format!("dataset {}: `images` needs an [images] table to decode them", d.name));
             }
-            if let Some(t) = &self.tokenize {
-                let set = [
-                    ("image_marker", &t.image_marker),
-                    ("image_token", &t.image_token),
-                    ("image_start", &t.image_start),
-                    ("image_end", &t.image_end),
-                ];
-                if let Some((key, _)) = set.iter().find(|(_, v)| v.is_some()) {
-                    return Err(format!("[tokenize] {key} places images, and there is no [images] table"));
-                }
+            let sections = [
+                self.tokenize.as_ref().map(|t| ("tokenize", t.image_tokens())),
+                self.chat.as_ref().map(|c| ("chat", c.image_tokens())),
+            ];
+            if let Some((section, key)) = sections.into_iter().flatten().find_map(|(s, t)| Some((s, t.first_set()?))) {
+                return Err(format!("[{section}] {key} places images, and there is no [images] table"));
             }
         }
         if self.tokenize.as_ref().is_some_and(|t| t.max_tokens == Some(0)) {

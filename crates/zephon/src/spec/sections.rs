@@ -150,6 +150,67 @@ pub struct ChatSpec {
     /// True/false variables for the template (e.g. `enable_thinking`).
     #[serde(default)]
     pub flags: std::collections::BTreeMap<String, bool>,
+    /// What the template writes for an image (a message part `{"type": "image"}`), which
+    /// becomes the image's placeholders (default `<image>`; Qwen2-VL templates write
+    /// `<|vision_start|><|image_pad|><|vision_end|>`).
+    pub image_marker: Option<String>,
+    /// The added token repeated for each image (needed when there is an `[images]` section).
+    pub image_token: Option<String>,
+    /// Tokens around each image's placeholders (e.g. `<|vision_start|>`).
+    pub image_start: Option<String>,
+    /// See `image_start` (e.g. `<|vision_end|>`).
+    pub image_end: Option<String>,
+}
+
+/// The keys of `[tokenize]` and `[chat]` that say how images become placeholder tokens.
+#[derive(Copy, Clone, Debug)]
+pub struct ImageTokensSpec<'a> {
+    /// `image_marker`.
+    pub image_marker: Option<&'a str>,
+    /// `image_token`.
+    pub image_token: Option<&'a str>,
+    /// `image_start`.
+    pub image_start: Option<&'a str>,
+    /// `image_end`.
+    pub image_end: Option<&'a str>,
+}
+
+impl ImageTokensSpec<'_> {
+    /// The first of the keys that is set, if any.
+    pub fn first_set(&self) -> Option<&'static str> {
+        [
+            ("image_marker", self.image_marker),
+            ("image_token", self.image_token),
+            ("image_start", self.image_start),
+            ("image_end", self.image_end),
+        ]
+        .into_iter()
+        .find_map(|(k, v)| v.map(|_| k))
+    }
+}
+
+impl TokenizeSpec {
+    /// How images become placeholder tokens.
+    pub fn image_tokens(&self) -> ImageTokensSpec<'_> {
+        ImageTokensSpec {
+            image_marker: self.image_marker.as_deref(),
+            image_token: self.image_token.as_deref(),
+            image_start: self.image_start.as_deref(),
+            image_end: self.image_end.as_deref(),
+        }
+    }
+}
+
+impl ChatSpec {
+    /// How images become placeholder tokens.
+    pub fn image_tokens(&self) -> ImageTokensSpec<'_> {
+        ImageTokensSpec {
+            image_marker: self.image_marker.as_deref(),
+            image_token: self.image_token.as_deref(),
+            image_start: self.image_start.as_deref(),
+            image_end: self.image_end.as_deref(),
+        }
+    }
 }
 
 /// `[images]`: decode, resize and normalise the images datasets carry (feature `vision`).

@@ -263,3 +263,125 @@ fn image_settings_without_effect_are_refused() {
     };
     assert_ne!(patches("size = 56"), patches("size = 56\npatch = 8"));
 }
+
+/// A vision-language chat spec: conversations with photos (`{"type": "image"}` parts) under
+/// TRL's Qwen2.5-VL training template, images at Qwen2-VL's dynamic resolution.
+fn vlm_chat_text(vary: &str) -> String {
+    let data = zephon_testkit::testdata();
+    format!(
+        r#"seed = 9
+lanes = 4
+rows_per_step = 4
+
+[[dataset]]
+name = "photos"
+path = "{vlm}"
+weight = 1.0
+images = "images"
+
+[images]
+preset = "qwen2_vl"
+dynamic_pixels = [3136, 12544]
+
+[chat]
+tokenizer = "{tok}"
+template = "{template}"
+image_marker = "<|vision_start|><|image_pad|><|vision_end|>"
+image_token = "<|image_pad|>"
+image_start = "<|vision_start|>"
+image_end = "<|vision_end|>"
+
+[pack]
+algorithm = "best_fit"
+bins = 4
+seq_len = 1024
+pad_id = 151643
+
+[run]
+threads = 2
+{vary}"#,
+        vlm = data.join("chat/vlm.jsonl").display(),
+        tok = data.join("tokenizers/qwen2_5/tokenizer.json").display(),
+        template = data.join("chat/templates/qwen2_5_vl_training.jinja").display(),
+    )
+}
+
+fn vlm_chat_spec(vary: &str) -> Spec {
+    Spec::parse(&vlm_chat_text(vary), "vlm-chat.toml", "/".as_ref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Conversations with photos: every global step is the same at W = 1, 2, 4 and across a
+/// resume at another world size; in one pass every photo arrives once, on its run of
+/// `<|vision_start|>`, one `<|image_pad|>` per merged patch, `<|vision_end|>`, none of it on
+/// the loss, while the assistant's replies are.
+#[test]
+fn vlm_chat_places_every_photo_once_off_the_loss_at_every_world_size() {
+    let s = vlm_chat_spec("[source]\nexhaustion = \"repeat\"\n");
+    let reference = run(&s, 1, 2, 4, 4, None, None);
+    for w in [2, 4] {
+        assert_eq!(run(&s, w, 1, 4, 4 / w as usize, None, None), reference, "W={w}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut resumed = run(&s, 2, 2, 2, 2, None, Some(dir.path()));
+    resumed.extend(run(&s, 4, 1, 4, 1, Some(dir.path()), None));
+    assert_eq!(resumed, reference, "W=2 → 4 at step 2");
+
+    let s = vlm_chat_spec("tail = \"partial\"\n[source]\nexhaustion = \"redistribute\"\npasses = 1\n");
+    let tokenizer =
+        zephon_text::Tokenizer::from_file(&zephon_testkit::testdata().join("tokenizers/qwen2_5/tokenizer.json"))
+            .unwrap();
+    let id = |t: &str| tokenizer.token_id(t).unwrap();
+    let (start, pad, end) = (id("<|vision_start|>"), id("<|image_pad|>"), id("<|vision_end|>"));
+    let mut loader = s.pipeline().unwrap().build(s.topology(1, 0).unwrap()).unwrap();
+    let mut seen: BTreeMap<(SampleId, u32), u32> = BTreeMap::new();
+    let (mut trained, mut widths) = (0usize, std::collections::BTreeSet::new());
+    while let Some(local) = loader.next_step().unwrap() {
+        for row in local.rows() {
+            let ids = row.get("input_ids").and_then(Value::as_array).and_then(|a| a.as_u32()).unwrap();
+            let mask = row.get("loss_mask").and_then(Value::as_array).and_then(|a| a.as_u8()).unwrap();
+            trained += mask.iter().filter(|&&m| m == 1).count();
+            for a in row.attachments() {
+                let span = a.span().unwrap();
+                let (from, to) = (span.start() as usize, span.end() as usize);
+                let run = &ids[from..to];
+                assert!(run.len() > 2 && run[0] == start && run[run.len() - 1] == end, "{run:?}");
+                assert!(run[1..run.len() - 1].iter().all(|&t| t == pad));
+                assert!(mask[from..to].iter().all(|&m| m == 0), "an image position is on the loss");
+                let px = a.get("pixel_values").and_then(Value::as_array).unwrap();
+                // Qwen2-VL merges 2×2 patches into one token.
+                assert_eq!(px.shape().dims()[0], 4 * (run.len() - 2));
+                widths.insert(run.len() - 2);
+                let seg = match a.get("segment") {
+                    Some(Value::Int(k)) => *k as usize,
+                    other => panic!("{other:?}"),
+                };
+                *seen.entry((row.lineage().fragments()[seg - 1].sample, a.item())).or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(seen.len(), 61, "every photo of the 43 conversations arrived");
+    assert!(seen.values().all(|&n| n == 1), "a photo arrived twice");
+    assert!(widths.len() > 1, "dynamic resolution gives photos different widths: {widths:?}");
+    assert!(trained > 0);
+}
+
+/// `[chat]` image keys without `[images]`, images without `image_token`, and a start
+/// without an end are refused, naming the key.
+#[test]
+fn vlm_chat_settings_that_cannot_work_are_refused() {
+    assert!(vlm_chat_spec("").pipeline().is_ok());
+    let text = vlm_chat_text("");
+    let images = "[images]\npreset = \"qwen2_vl\"\ndynamic_pixels = [3136, 12544]\n";
+    let no_images = text.replace(images, "").replace("images = \"images\"\n", "");
+    let e = Spec::parse(&no_images, "v.toml", "/".as_ref()).unwrap_err().to_string();
+    assert!(e.contains("[chat] image_marker places images, and there is no [images] table"), "{e}");
+    for (from, to, want) in [
+        ("image_token = \"<|image_pad|>\"\n", "", "[chat] image_token is needed with [images]"),
+        ("image_end = \"<|vision_end|>\"\n", "", "[chat] image_start and image_end go together"),
+        ("image_token = \"<|image_pad|>\"", "image_token = \"<|no such token|>\"", "<|no such token|>"),
+    ] {
+        let spec = Spec::parse(&text.replace(from, to), "v.toml", "/".as_ref()).unwrap();
+        let e = spec.pipeline().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(want), "want {want:?}: {e}");
+    }
+}
