@@ -8,6 +8,11 @@
 //!
 //! [`Operator::assemble`]: crate::Operator::assemble
 
+use std::fmt;
+use std::sync::Arc;
+
+use crate::Digest;
+
 /// What an operator tells the others of its pipeline. Every fact is optional; an operator
 /// offers those it knows. New facts are added as new fields (the struct is non-exhaustive:
 /// build one with [`Offer::none`] and the `with_*` methods).
@@ -28,6 +33,9 @@ pub struct Offer {
     /// The attachment kind it decodes (`image`), which an operator placing those attachments
     /// in token sequences must come after.
     pub decodes: Option<String>,
+    /// How it counts the tokens a row becomes (an operator that tokenizes a field), with which
+    /// a pipeline plans token shares.
+    pub counts_tokens: Option<TokenCounter>,
 }
 
 impl Offer {
@@ -77,7 +85,66 @@ impl Offer {
         self.decodes = Some(kind.to_string());
         self
     }
+
+    /// Offers a way to count the tokens a row becomes.
+    #[must_use]
+    pub fn with_token_counter(mut self, counter: TokenCounter) -> Self {
+        self.counts_tokens = Some(counter);
+        self
+    }
 }
+
+/// The tokens an operator makes of one row's field, counted without running the pipeline: a
+/// pipeline mixing datasets by token shares samples rows of each dataset and counts them, to
+/// plan how many rows make a share (token estimates).
+///
+/// The count is of what the operator delivers for the row, after its own truncation or
+/// skipping; a row it would refuse counts 0, as it delivers nothing. The field is counted
+/// whole (a conversation cannot be cut into windows of text).
+#[derive(Clone)]
+pub struct TokenCounter {
+    field: String,
+    settings: Digest,
+    count: Arc<dyn Fn(&str) -> usize + Send + Sync>,
+}
+
+impl TokenCounter {
+    /// Counts the field `field` with `count`; `settings` is the digest of everything the count
+    /// depends on (tokenizer, template, limits), under which estimates may be cached.
+    pub fn new(field: &str, settings: Digest, count: impl Fn(&str) -> usize + Send + Sync + 'static) -> Self {
+        TokenCounter { field: field.to_string(), settings, count: Arc::new(count) }
+    }
+
+    /// The field it counts.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// The digest of what the count depends on.
+    pub fn settings(&self) -> Digest {
+        self.settings
+    }
+
+    /// The tokens the operator makes of a row whose field holds `text`.
+    pub fn count(&self, text: &str) -> usize {
+        (self.count)(text)
+    }
+}
+
+impl fmt::Debug for TokenCounter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenCounter").field("field", &self.field).field("settings", &self.settings).finish()
+    }
+}
+
+/// Counters are equal when they count the same field under the same settings.
+impl PartialEq for TokenCounter {
+    fn eq(&self, other: &Self) -> bool {
+        self.field == other.field && self.settings == other.settings
+    }
+}
+
+impl Eq for TokenCounter {}
 
 /// One other operator of the pipeline, as an operator being assembled sees it.
 #[derive(Clone, Debug)]

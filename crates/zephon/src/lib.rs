@@ -34,7 +34,6 @@
 mod assembled;
 mod error;
 mod loader;
-#[cfg(feature = "text")]
 mod measured;
 mod mixture;
 mod pipeline;

@@ -7,7 +7,9 @@ use zephon_core::{
     BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, SplitCheckpoint, Tail, Topology,
     WorkSource, checkpoint,
 };
-use zephon_mix::{Balance, EnsureMixture, Exhaustion, MixtureSource, Shuffle, SteeredSource, TokenEstimate};
+use zephon_mix::{
+    Balance, EnsureMixture, EstimateOptions, Exhaustion, MixtureSource, Shuffle, SteeredSource, TokenEstimate,
+};
 use zephon_pack::Pack;
 
 use crate::assembled::Assembled;
@@ -268,7 +270,7 @@ impl Pipeline {
         } else if planned || config.balance != Balance::Estimates {
             let estimates = match saved.filter(|s| !s.token_estimates.is_empty()) {
                 Some(s) => s.token_estimates.clone(),
-                None => match self.estimate(&datasets) {
+                None => match self.estimate(&datasets, &operators) {
                     Ok(e) => e,
                     // Only the balance needed them: data with no measurable rows (all bad,
                     // say) ends unbalanced, as the plan says, and its rows are reported
@@ -371,10 +373,11 @@ impl Pipeline {
         self.mixture.datasets.iter().map(|d| d.options.fields.text.clone().unwrap_or_else(|| "text".into())).collect()
     }
 
-    /// Measures tokens per row with the pipeline's tokenizer, or reuses the estimate cached for
-    /// exactly these datasets, tokenizer and sampling settings (every rank of a launch would
-    /// otherwise measure the same thing; measuring is deterministic, so the cache is too).
-    fn estimate(&self, datasets: &Datasets) -> Result<Vec<TokenEstimate>> {
+    /// Measures tokens per row with the pipeline's tokenizer (or, without a tokenize step, with
+    /// the first operator that counts tokens: chat), or reuses the estimate cached for exactly
+    /// these datasets, tokenizer and sampling settings (every rank of a launch would otherwise
+    /// measure the same thing; measuring is deterministic, so the cache is too).
+    fn estimate(&self, datasets: &Datasets, operators: &Operators) -> Result<Vec<TokenEstimate>> {
         #[cfg(feature = "text")]
         {
             if let Some(t) = &self.tokenize {
@@ -415,12 +418,40 @@ impl Pipeline {
                 return Ok(with_added(estimates));
             }
         }
-        let _ = datasets;
-        Err(Error::Build(
-            "token shares and chunk_tokens need a tokenize step to estimate tokens per row (or use sample weights and \
-             chunk_size)"
-                .into(),
-        ))
+        let Some(counter) = operators.operators().iter().find_map(|op| op.offer().counts_tokens) else {
+            return Err(Error::Build(
+                "token shares and chunk_tokens need a tokenize step, or an operator that counts tokens (chat without \
+                 images), to estimate tokens per row (or use sample weights and chunk_size)"
+                    .into(),
+            ));
+        };
+        let fields = vec![counter.field().to_string(); datasets.len()];
+        let field_refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+        // A conversation is counted whole: a window of its JSON text is not a conversation.
+        let cfg = EstimateOptions {
+            seed: self.seed,
+            max_token_bytes: usize::MAX,
+            threads: self.exec.threads.max(1),
+            ..self.mixture.estimate
+        };
+        let key = zephon_core::Settings::new("token-estimates", 1)
+            .set("datasets", datasets.fingerprint())
+            .set("counter", counter.settings().to_hex())
+            .set("fields", fields.clone())
+            .set("length_rows", cfg.length_rows)
+            .set("token_rows", cfg.token_rows)
+            .set("seed", cfg.seed)
+            .set("quantiles", zephon_mix::ROW_QUANTILES)
+            .digest()
+            .to_hex()[..32]
+            .to_string();
+        let count = move |s: &str| Ok(counter.count(s));
+        crate::measured::once(
+            &format!("{key}.json"),
+            |b| serde_json::from_slice(b).ok(),
+            |e| serde_json::to_vec(e).unwrap_or_default(),
+            || Ok(zephon_mix::estimate(datasets, &field_refs, &count, cfg)?),
+        )
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use zephon_operator::{
     Accumulator, AccumulatorState, Assembly, Field, Fragment, LaneContext, Lineage, Offer, OpError, Operator,
-    OperatorKind, Record, Settings, Span, Value, columns,
+    OperatorKind, Record, Settings, Span, TokenCounter, Value, columns,
 };
 
 pub use template::{ChatTemplate, Rendered};
@@ -273,12 +273,29 @@ impl Operator for Chat {
         OperatorKind::MapThenAccumulate
     }
 
+    /// Its vocabulary, its truncation, and (without images, whose placeholder counts are
+    /// known only once decoded) a count of the tokens it delivers for a conversation.
     fn offer(&self) -> Offer {
-        let offer = Offer::none().with_vocab_size(self.tokenizer.vocab_size());
-        match self.long {
-            Some((LongConversations::Truncate, n)) => offer.with_truncation(n as u64),
-            _ => offer,
+        let mut offer = Offer::none().with_vocab_size(self.tokenizer.vocab_size());
+        if let Some((LongConversations::Truncate, n)) = self.long {
+            offer = offer.with_truncation(n as u64);
         }
+        if self.images.is_none() {
+            let chat = self.clone();
+            offer = offer.with_token_counter(TokenCounter::new(
+                self.field.as_str(),
+                self.fingerprint().digest(),
+                move |messages| {
+                    let Ok((ids, _)) = chat.encode(messages) else { return 0 };
+                    match chat.long {
+                        Some((LongConversations::Truncate, n)) => ids.len().min(n),
+                        Some((LongConversations::Skip, n)) if ids.len() > n => 0,
+                        _ => ids.len(),
+                    }
+                },
+            ));
+        }
+        offer
     }
 
     /// Takes its length limit from the packer after it, when asked to, and refuses to come

@@ -197,11 +197,13 @@ impl Spec {
             if let Some(d) = self.datasets.iter().find(|d| d.text_field.is_some()) {
                 return Err(format!("dataset {}: `text_field` with [chat], which reads conversations", d.name));
             }
-            if self.datasets.iter().any(|d| d.share.is_some())
-                || self.schedule.as_ref().is_some_and(|s| s.shares.is_some())
+            if self.images.is_some()
+                && (self.datasets.iter().any(|d| d.share.is_some())
+                    || self.schedule.as_ref().is_some_and(|s| s.shares.is_some()))
             {
-                return Err("[chat] with token shares: shares are planned by token estimates, which [chat] does not \
-                            make; give the datasets a `weight` (on conversations)"
+                return Err("[chat] with [images] and token shares: shares are planned by counting each \
+                            conversation's tokens, and an image's count is known only once it is decoded; give the \
+                            datasets a `weight`"
                     .into());
             }
             if c.max_tokens == Some(0) {

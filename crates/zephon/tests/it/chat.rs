@@ -148,7 +148,6 @@ fn long_conversations_are_counted_and_reported() {
 fn chat_settings_that_cannot_work_are_refused() {
     let base = chat_spec("jsonl", "");
     for (text, want) in [
-        (base.replace("weight = 1.0", "share = 1.0"), "[chat] with token shares"),
         (base.replace("[chat]", "[chat]\nmax_tokens = 10"), "max_tokens without long_conversations"),
         (base.clone() + "\n[tokenize]\ntokenizer = \"t.json\"\n", "goes without [tokenize]"),
         (base.replace("loss_mask", "x").replace("[chat]", "[chat]\nloss_on = \"most\""), "unknown variant"),
@@ -196,4 +195,91 @@ fn a_validation_pass_over_conversations_is_the_same_at_every_world_size() {
     let (one, records) = fingerprints(1);
     assert_eq!(records, 1611, "every conversation once");
     assert_eq!(fingerprints(4).0, one);
+}
+
+/// Short conversations made of the real ones: each one's first user message and the reply.
+fn first_exchanges(dir: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(zephon_testkit::testdata().join("chat/conversations.jsonl")).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let messages = row["messages"].as_array().unwrap();
+        let first = messages.iter().position(|m| m["role"] == "user").unwrap();
+        let pair = &messages[first..first + 2];
+        out += &serde_json::json!({ "messages": pair }).to_string();
+        out.push('\n');
+    }
+    write(dir, "exchanges.jsonl", &out)
+}
+
+/// Conversation datasets mixed by token shares: the plan counts each dataset's conversations
+/// as chat renders and tokenizes them (whole conversations, within a few percent of every
+/// conversation counted), and `ensure_mixture` holds 30 / 70 where the model sees it: no
+/// dataset runs ahead of its share by more than L × (slack + seq_len) tokens at any step, the
+/// same steps at W = 1 and 2 and across a resume on 4.
+#[test]
+fn conversation_datasets_mix_by_token_shares() {
+    let dir = tmp();
+    let exchanges = first_exchanges(dir.path());
+    let text = chat_spec("jsonl", "").replacen("weight = 1.0", "share = 0.3", 1).replace(
+        "[chat]",
+        &format!(
+            "[[dataset]]\nname = \"exchanges\"\npath = \"{}\"\nshare = 0.7\n\n[ensure_mixture]\nslack_tokens = 2048\n\n[chat]",
+            exchanges.display()
+        ),
+    );
+    let spec = parse(&text);
+    let mut ranks = loaders(&spec, 1, 2, None).unwrap();
+    let estimates = ranks[0].token_estimates().unwrap().to_vec();
+    // Every conversation of each dataset, counted.
+    let data = zephon_testkit::testdata();
+    let tokenizer = zephon_text::Tokenizer::from_file(&data.join("tokenizers/llama3_1/tokenizer.json")).unwrap();
+    let path = data.join("chat/templates/llama3_training.jinja");
+    let template = zephon_text::ChatTemplate::new(&std::fs::read_to_string(&path).unwrap(), "llama3_training")
+        .unwrap()
+        .with_globals(
+            [("bos_token", "<|begin_of_text|>"), ("eos_token", "<|eot_id|>")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+                .collect(),
+        );
+    let chat = zephon_text::Chat::new(tokenizer, template);
+    for (e, file) in estimates.iter().zip([data.join("chat/conversations.jsonl"), exchanges]) {
+        let rows = std::fs::read_to_string(file).unwrap();
+        let counts: Vec<usize> = rows
+            .lines()
+            .map(|l| {
+                let m = serde_json::from_str::<serde_json::Value>(l).unwrap()["messages"].to_string();
+                chat.encode(&m).unwrap().0.len()
+            })
+            .collect();
+        let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
+        let off = e.tokens_per_row() / mean - 1.0;
+        println!("{}: estimated {:.1} tokens a conversation, counted {mean:.1}", e.dataset, e.tokens_per_row());
+        assert!(off.abs() < 0.05, "{}: estimated {:.1}, counted {mean:.1}", e.dataset, e.tokens_per_row());
+    }
+    let (mut tokens, mut worst) = ([0u64; 2], 0f64);
+    let reference = ranks
+        .steps_exactly(60, |parts| {
+            for row in parts.iter().flat_map(|p| p.rows()) {
+                for f in row.lineage().fragments() {
+                    tokens[f.sample.dataset as usize] += u64::from(f.len());
+                }
+            }
+            let total = (tokens[0] + tokens[1]) as f64;
+            worst = worst.max(tokens[0] as f64 - 0.3 * total).max(tokens[1] as f64 - 0.7 * total);
+            zephon::testing::fingerprint(parts)
+        })
+        .unwrap();
+    let share = tokens[0] as f64 / (tokens[0] + tokens[1]) as f64;
+    println!("conversations {share:.3} of {} tokens; most ahead of a share {worst:.0}", tokens[0] + tokens[1]);
+    assert!(worst <= 4.0 * (2048.0 + 512.0), "a dataset ran {worst:.0} tokens ahead of its share");
+    assert!((share - 0.3).abs() < 0.02, "{share:.3}");
+    assert_eq!(loaders(&spec, 2, 1, None).unwrap().fingerprints(60).unwrap(), reference, "W=2");
+    let ck = tmp();
+    let mut two = loaders(&spec, 2, 2, None).unwrap();
+    let mut resumed = two.fingerprints(25).unwrap();
+    two.checkpoint(ck.path()).unwrap();
+    resumed.extend(loaders(&spec, 4, 1, Some(ck.path())).unwrap().fingerprints(35).unwrap());
+    assert_eq!(resumed, reference, "W=2 to step 25, resumed on W=4");
 }

@@ -365,12 +365,14 @@ fn vlm_chat_places_every_photo_once_off_the_loss_at_every_world_size() {
     assert!(trained > 0);
 }
 
-/// `[chat]` image keys without `[images]`, images without `image_token`, and a start
-/// without an end are refused, naming the key.
+/// `[chat]` image keys without `[images]`, images without `image_token`, a start without an
+/// end, and token shares (an image's count is known only once decoded) are refused.
 #[test]
 fn vlm_chat_settings_that_cannot_work_are_refused() {
     assert!(vlm_chat_spec("").pipeline().is_ok());
     let text = vlm_chat_text("");
+    let shares = Spec::parse(&text.replace("weight = 1.0", "share = 1.0"), "v.toml", "/".as_ref()).unwrap_err();
+    assert!(shares.to_string().contains("[chat] with [images] and token shares"), "{shares}");
     let images = "[images]\npreset = \"qwen2_vl\"\ndynamic_pixels = [3136, 12544]\n";
     let no_images = text.replace(images, "").replace("images = \"images\"\n", "");
     let e = Spec::parse(&no_images, "v.toml", "/".as_ref()).unwrap_err().to_string();
