@@ -3,7 +3,9 @@
 //!
 //! With `--rounds N`, N fresh runs alternate with N measurements of the bare tokenizers and
 //! the rates are medians; the first round's run (the one that checkpoints) gives the time per
-//! stage, fill, shares, time to first batch and checkpoint size.
+//! stage, fill, shares, time to first batch and checkpoint size. A spec without `[tokenize]`
+//! (conversations, pre-tokenized ids) has no bare tokenizer to compare with: those figures are
+//! null.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,19 +26,20 @@ pub struct BenchArgs {
 #[derive(serde::Serialize)]
 struct BenchReport {
     /// Single-thread tokens/s of the `tokenizers` crate (`encode_fast`) on the spec's text,
-    /// each dataset weighted by the tokens the run delivered from it.
-    raw_tokenizers_crate_tokens_per_s: f64,
+    /// each dataset weighted by the tokens the run delivered from it (null without
+    /// `[tokenize]`, as are the other raw rates and efficiencies).
+    raw_tokenizers_crate_tokens_per_s: Option<f64>,
     /// Single-thread tokens/s of the engine the pipeline uses (zephon-text's fast path for
     /// byte-level BPE files, else the `tokenizers` crate) on the same text, weighted alike.
-    raw_engine_tokens_per_s: f64,
+    raw_engine_tokens_per_s: Option<f64>,
     /// The same rates per dataset.
     raw_by_dataset: Vec<RawRates>,
     /// Worker threads the pipeline ran with.
     threads: usize,
     /// tokens_per_s / (threads × raw_tokenizers_crate_tokens_per_s).
-    efficiency_vs_tokenizers_crate: f64,
+    efficiency_vs_tokenizers_crate: Option<f64>,
     /// tokens_per_s / (threads × raw_engine_tokens_per_s).
-    efficiency_vs_engine: f64,
+    efficiency_vs_engine: Option<f64>,
     tokens_per_s: f64,
     tokens_per_s_overall: f64,
     /// Each round's fresh run and raw measurement (`--rounds`): the rates and efficiencies
@@ -63,9 +66,9 @@ struct BenchReport {
 #[derive(serde::Serialize)]
 struct RoundReport {
     tokens_per_s: f64,
-    raw_tokenizers_crate_tokens_per_s: f64,
-    raw_engine_tokens_per_s: f64,
-    efficiency_vs_engine: f64,
+    raw_tokenizers_crate_tokens_per_s: Option<f64>,
+    raw_engine_tokens_per_s: Option<f64>,
+    efficiency_vs_engine: Option<f64>,
 }
 
 /// The median (the mean of the middle two for an even count; 0 for none).
@@ -110,8 +113,11 @@ struct RawRates {
 /// Single-thread tokens/s of the `tokenizers` crate and of the pipeline's engine on about
 /// `budget` bytes of each dataset's text, taken as every k-th row of every shard, one text at
 /// a time (as the tokenize operator calls it).
-fn raw_tokenizer_rates(spec: &zephon::Spec, budget: usize) -> Result<Vec<RawRates>, CliError> {
-    let t = spec.tokenize.as_ref().ok_or_else(|| CliError::Usage("bench needs a [tokenize] section".into()))?;
+fn raw_tokenizer_rates(
+    spec: &zephon::Spec,
+    t: &zephon::spec::TokenizeSpec,
+    budget: usize,
+) -> Result<Vec<RawRates>, CliError> {
     let tokenizer_path = spec.resolve(&t.tokenizer);
     let mut rates = Vec::new();
     for d in &spec.datasets {
@@ -216,8 +222,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     crate::run::warn(&spec_parsed);
     let threads = args.threads.unwrap_or_else(|| spec_parsed.exec().threads);
     let n_threads = threads as f64;
-    // Rounds alternate a fresh run with the bare tokenizers, so that both see the same spells
-    // of a noisy machine.
+    // Rounds alternate a fresh run with the bare tokenizers (where there is a [tokenize] to
+    // compare with), so that both see the same spells of a noisy machine.
     let mut runs = vec![];
     let mut raws = vec![];
     for round in 1..=args.rounds {
@@ -230,26 +236,32 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
             again.extend(thread_args.clone());
             runs.push(child(&again)?);
         }
-        eprintln!("bench: the bare tokenizers on one thread (round {round} of {})", args.rounds);
-        raws.push(raw_tokenizer_rates(&spec_parsed, 4 << 20)?);
+        if let Some(t) = &spec_parsed.tokenize {
+            eprintln!("bench: the bare tokenizers on one thread (round {round} of {})", args.rounds);
+            raws.push(raw_tokenizer_rates(&spec_parsed, t, 4 << 20)?);
+        }
     }
     let rounds: Vec<RoundReport> = std::iter::once(&a)
         .chain(&runs)
-        .zip(&raws)
-        .map(|(run, raw)| {
-            let engine = mixed_rate(raw, &run.shares, |r| r.engine_tokens_per_s);
+        .enumerate()
+        .map(|(i, run)| {
+            let rate = |of: fn(&RawRates) -> f64| raws.get(i).map(|raw| mixed_rate(raw, &run.shares, of));
+            let engine = rate(|r| r.engine_tokens_per_s);
             RoundReport {
                 tokens_per_s: run.tokens_per_s,
-                raw_tokenizers_crate_tokens_per_s: mixed_rate(raw, &run.shares, |r| r.tokenizers_crate_tokens_per_s),
+                raw_tokenizers_crate_tokens_per_s: rate(|r| r.tokenizers_crate_tokens_per_s),
                 raw_engine_tokens_per_s: engine,
-                efficiency_vs_engine: run.tokens_per_s / (n_threads * engine),
+                efficiency_vs_engine: engine.map(|e| run.tokens_per_s / (n_threads * e)),
             }
         })
         .collect();
     let tokens_per_s = median(rounds.iter().map(|r| r.tokens_per_s).collect());
-    let reference = median(rounds.iter().map(|r| r.raw_tokenizers_crate_tokens_per_s).collect());
-    let engine = median(rounds.iter().map(|r| r.raw_engine_tokens_per_s).collect());
-    let raw_by_dataset = (raws[0].iter().enumerate())
+    let measured = !raws.is_empty();
+    let raw_median =
+        |of: fn(&RoundReport) -> Option<f64>| measured.then(|| median(rounds.iter().filter_map(of).collect()));
+    let reference = raw_median(|r| r.raw_tokenizers_crate_tokens_per_s);
+    let engine = raw_median(|r| r.raw_engine_tokens_per_s);
+    let raw_by_dataset = (raws.first().into_iter().flatten().enumerate())
         .map(|(d, first)| RawRates {
             dataset: first.dataset.clone(),
             tokenizers_crate_tokens_per_s: median(raws.iter().map(|r| r[d].tokenizers_crate_tokens_per_s).collect()),
@@ -262,8 +274,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
         raw_engine_tokens_per_s: engine,
         raw_by_dataset,
         threads,
-        efficiency_vs_tokenizers_crate: tokens_per_s / (n_threads * reference),
-        efficiency_vs_engine: tokens_per_s / (n_threads * engine),
+        efficiency_vs_tokenizers_crate: reference.map(|r| tokens_per_s / (n_threads * r)),
+        efficiency_vs_engine: engine.map(|e| tokens_per_s / (n_threads * e)),
         tokens_per_s,
         tokens_per_s_overall: median(std::iter::once(&a).chain(&runs).map(|r| r.tokens_per_s_overall).collect()),
         rounds,
