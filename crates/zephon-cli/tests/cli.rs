@@ -648,3 +648,39 @@ fn validate_reads_every_record_once_in_the_same_steps_at_every_world_size() {
     assert_eq!((one.len(), n), (7, 101));
     assert_eq!(run(2), (one, 101));
 }
+
+/// `bench` on a chat spec (no `[tokenize]`, so no bare tokenizer to compare with): the run's
+/// figures are measured and the raw rates are null, not a made-up number.
+#[test]
+fn bench_measures_a_chat_spec_and_leaves_the_raw_rates_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = zephon_testkit::testdata();
+    let spec = dir.path().join("chat.toml");
+    let body = format!(
+        "lanes = 2\nrows_per_step = 2\n[[dataset]]\nname = \"docs\"\npath = \"{}\"\nweight = 1.0\n[chat]\n\
+         tokenizer = \"{}\"\ntemplate = \"{}\"\n[pack]\nalgorithm = \"best_fit\"\nseq_len = 256\npad_id = 151643\n",
+        data.join("chat/conversations.jsonl").display(),
+        data.join("tokenizers/qwen2_5/tokenizer.json").display(),
+        data.join("chat/templates/qwen2_5_training.jinja").display(),
+    );
+    std::fs::write(&spec, body).unwrap();
+    let out = dir.path().join("bench.json");
+    let o = zephon(&[
+        "bench",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--steps",
+        "6",
+        "--checkpoint-at",
+        "2",
+        "--json-out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let tokens = json["tokens"].as_u64().unwrap();
+    assert!(tokens > 0 && tokens <= 6 * 2 * 256, "{json}");
+    assert!(json["tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(json["raw_engine_tokens_per_s"].is_null() && json["efficiency_vs_engine"].is_null(), "{json}");
+    assert!(json["time_by_stage"].as_array().unwrap().iter().any(|s| s["name"] == "chat"));
+}
