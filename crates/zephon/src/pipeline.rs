@@ -378,44 +378,19 @@ impl Pipeline {
     /// these datasets, tokenizer and sampling settings (every rank of a launch would otherwise
     /// measure the same thing; measuring is deterministic, so the cache is too).
     fn estimate(&self, datasets: &Datasets, operators: &Operators) -> Result<Vec<TokenEstimate>> {
+        let cfg = EstimateOptions { seed: self.seed, threads: self.exec.threads.max(1), ..self.mixture.estimate };
         #[cfg(feature = "text")]
         {
             if let Some(t) = &self.tokenize {
                 let tokenizer = t.tokenizer().clone();
-                let fields = self.text_fields();
-                let field_refs: Vec<&str> = fields.iter().map(String::as_str).collect();
-                let mut cfg = self.mixture.estimate;
-                cfg.seed = self.seed;
-                // Everything the estimates depend on, in the canonical settings encoding.
-                let key = zephon_core::Settings::new("token-estimates", 1)
-                    .set("datasets", datasets.fingerprint())
-                    .set("tokenizer", tokenizer.sha256())
-                    .set("fields", fields.clone())
-                    .set("length_rows", cfg.length_rows)
-                    .set("token_rows", cfg.token_rows)
-                    .set("max_token_bytes", cfg.max_token_bytes)
-                    .set("seed", cfg.seed)
-                    .set("quantiles", zephon_mix::ROW_QUANTILES)
-                    .digest()
-                    .to_hex()[..32]
-                    .to_string();
-                let added = t.tokens_added() as f64;
-                let kept = t.truncates_to().map(|m| m as f64);
-                let with_added = |mut estimates: Vec<TokenEstimate>| {
-                    for e in &mut estimates {
-                        (e.added_per_row, e.max_tokens_per_row) = (added, kept);
-                    }
-                    estimates
-                };
-                cfg.threads = self.exec.threads.max(1);
+                let by = ("tokenizer", tokenizer.sha256().to_string());
                 let count = move |s: &str| tokenizer.count(s).map_err(|e| e.to_string());
-                let estimates = crate::measured::once(
-                    &format!("{key}.json"),
-                    |b| serde_json::from_slice(b).ok(),
-                    |e| serde_json::to_vec(e).unwrap_or_default(),
-                    || Ok(zephon_mix::estimate(datasets, &field_refs, &count, cfg)?),
-                )?;
-                return Ok(with_added(estimates));
+                let mut estimates = measure(datasets, by, self.text_fields(), cfg, &count)?;
+                let kept = t.truncates_to().map(|m| m as f64);
+                for e in &mut estimates {
+                    (e.added_per_row, e.max_tokens_per_row) = (t.tokens_added() as f64, kept);
+                }
+                return Ok(estimates);
             }
         }
         let Some(counter) = operators.operators().iter().find_map(|op| op.offer().counts_tokens) else {
@@ -426,33 +401,42 @@ impl Pipeline {
             ));
         };
         let fields = vec![counter.field().to_string(); datasets.len()];
-        let field_refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let by = ("counter", counter.settings().to_hex());
         // A conversation is counted whole: a window of its JSON text is not a conversation.
-        let cfg = EstimateOptions {
-            seed: self.seed,
-            max_token_bytes: usize::MAX,
-            threads: self.exec.threads.max(1),
-            ..self.mixture.estimate
-        };
-        let key = zephon_core::Settings::new("token-estimates", 1)
-            .set("datasets", datasets.fingerprint())
-            .set("counter", counter.settings().to_hex())
-            .set("fields", fields.clone())
-            .set("length_rows", cfg.length_rows)
-            .set("token_rows", cfg.token_rows)
-            .set("seed", cfg.seed)
-            .set("quantiles", zephon_mix::ROW_QUANTILES)
-            .digest()
-            .to_hex()[..32]
-            .to_string();
-        let count = move |s: &str| Ok(counter.count(s));
-        crate::measured::once(
-            &format!("{key}.json"),
-            |b| serde_json::from_slice(b).ok(),
-            |e| serde_json::to_vec(e).unwrap_or_default(),
-            || Ok(zephon_mix::estimate(datasets, &field_refs, &count, cfg)?),
-        )
+        let cfg = EstimateOptions { max_token_bytes: usize::MAX, ..cfg };
+        measure(datasets, by, fields, cfg, &move |s: &str| Ok(counter.count(s)))
     }
+}
+
+/// The estimates of `datasets` (dataset i's text in `fields[i]`) counted by `count`, measured
+/// once per host and cached under everything they depend on: the data, what counts (`by`:
+/// the tokenizer's SHA-256, or the counting operator's settings), the fields and the sampling.
+fn measure(
+    datasets: &Datasets,
+    by: (&str, String),
+    fields: Vec<String>,
+    cfg: EstimateOptions,
+    count: &(dyn Fn(&str) -> std::result::Result<usize, String> + Sync),
+) -> Result<Vec<TokenEstimate>> {
+    let key = zephon_core::Settings::new("token-estimates", 1)
+        .set("datasets", datasets.fingerprint())
+        .set(by.0, by.1)
+        .set("fields", fields.clone())
+        .set("length_rows", cfg.length_rows)
+        .set("token_rows", cfg.token_rows)
+        .set("max_token_bytes", cfg.max_token_bytes)
+        .set("seed", cfg.seed)
+        .set("quantiles", zephon_mix::ROW_QUANTILES)
+        .digest()
+        .to_hex()[..32]
+        .to_string();
+    let field_refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+    crate::measured::once(
+        &format!("{key}.json"),
+        |b| serde_json::from_slice(b).ok(),
+        |e| serde_json::to_vec(e).unwrap_or_default(),
+        || Ok(zephon_mix::estimate(datasets, &field_refs, count, cfg)?),
+    )
 }
 
 impl Pipeline {
