@@ -81,6 +81,13 @@ pub struct RunReport {
     pub images: u64,
     /// What was left out, per dataset and why.
     pub data: zephon::DataReport,
+    /// What the run did with its settings as given that a user should know (token shares used
+    /// relative to their sum, a schedule changed after the checkpoint's step).
+    #[serde(default)]
+    pub notices: Vec<String>,
+    /// The most one lane holds, as `explain` states it.
+    #[serde(default)]
+    pub memory: Option<zephon::MemoryBound>,
 }
 
 /// The bound the shares hold to at every step without a schedule, for this rank's lanes:
@@ -246,7 +253,12 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
         None => None,
     };
     let progress = crate::progress::Progress::new(!args.quiet, target.map(|t| t - first_step));
-    let mut report = RunReport { first_step, ..RunReport::default() };
+    let mut report = RunReport {
+        first_step,
+        notices: loader.notices().to_vec(),
+        memory: Some(loader.memory_bound()),
+        ..RunReport::default()
+    };
     let mut shares = ShareTracker::new(loader.dataset_names(), loader.share_schedule().cloned(), bound);
     let mut first_batch: Option<(Instant, u64)> = None;
     let result = (|| -> Result<(), CliError> {

@@ -684,3 +684,29 @@ fn bench_measures_a_chat_spec_and_leaves_the_raw_rates_null() {
     assert!(json["raw_engine_tokens_per_s"].is_null() && json["efficiency_vs_engine"].is_null(), "{json}");
     assert!(json["time_by_stage"].as_array().unwrap().iter().any(|s| s["name"] == "chat"));
 }
+
+/// A hundred sources at chunks of 128 estimated tokens (once: no first step, memory growing
+/// without bound): the run delivers its steps within the memory it states, and says that the
+/// shares, written with six decimals, are used relative to their sum.
+#[test]
+fn a_hundred_sources_run_within_the_memory_they_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let many = zephon_testkit::many_sources(dir.path(), 100, 1);
+    let spec = dir.path().join("spec.toml");
+    std::fs::write(&spec, many.spec(16, 32).set("source", "chunk_tokens", 128u64).text()).unwrap();
+    let report = dir.path().join("report.json");
+    let o = zephon(&["run", "--spec", spec.to_str().unwrap(), "--steps", "100", "--quiet", "--world-size", "1", "--rank", "0", "--report", report.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["steps"], 100);
+    let memory = &r["memory"];
+    let positions = memory["rows_ahead"].as_u64().unwrap()
+        + memory["buffers"].as_array().unwrap().iter().map(|b| b[1].as_u64().unwrap()).sum::<u64>();
+    // The process itself (code, tokenizer, indexes) and the bound at 24 bytes a position.
+    let allowed = (256 << 20) + positions * memory["lanes"].as_u64().unwrap() * 24;
+    let rss = r["peak_rss_bytes"].as_u64().unwrap();
+    assert!(rss <= allowed, "peak RSS {rss} bytes, the bound {allowed}");
+    assert!(r["notices"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("divided by that sum")), "{r}");
+    let explain = zephon(&["explain", "--spec", spec.to_str().unwrap(), "--world-size", "1", "--rank", "0"]);
+    assert!(text(&explain).contains(&format!("per lane at most {positions} positions")), "{}", text(&explain));
+}

@@ -86,7 +86,7 @@ pub use topology::{Place, RankEnv, Topology, TopologyBuilder};
 // depends on `zephon-operator` alone.
 pub use zephon_operator::{
     Accumulator, AccumulatorState, Array, ArrayData, Assembly, Attachment, Buffer, DType, Digest, ENCODING_VERSION,
-    Element, Extent, Field, Fragment, Hasher, Lane, LaneContext, Lineage, Neighbour, Offer, OpError, Operator,
+    Element, Extent, Field, Fragment, Hasher, Holding, Lane, LaneContext, Lineage, Neighbour, Offer, OpError, Operator,
     OperatorKind, Permutation, RebuildInput, Record, Rng, RngKey, SETTINGS_VERSION, SampleId, Settings, SettingsValue,
     Shape, ShapeError, Span, Step, TokenCounter, Value, columns, encode_record, half, rng, safe_cut, slice_attachments,
 };

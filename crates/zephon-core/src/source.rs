@@ -204,16 +204,24 @@ pub trait WorkSource: Send + Sync {
 }
 
 /// A work source whose lanes choose which dataset to read next by a closed loop on the tokens
-/// each lane delivered: the dataset of a lane's next chunk is a pure function of the lane's
+/// each lane delivered: the dataset of a lane's next input is a pure function of the lane's
 /// own history, and within a dataset a lane's `k`-th chunk is position-addressed.
 ///
 /// The engine keeps, per lane, the tokens it delivered of each dataset (the positions its
-/// inputs made, counted in order as the lane pushes them) and the index of its next chunk of
-/// each dataset; when the lane has pushed a chunk whole, it asks [`Steering::next_dataset`]
-/// for the next. That state is a few integers a dataset and travels in the lane's checkpoint
+/// records made, counted in order as the lane pushes them) and its place in each dataset's
+/// stream (a chunk, an offset, and how many records of that input it pushed); before each
+/// record it asks [`Steering::next_dataset`] which dataset the record comes from, and pushes
+/// that dataset's next record: the next piece of the input it is inside (a long document split
+/// by tokenize), or the first of its next input. That state is a few
+/// integers a dataset and travels in the lane's checkpoint
 /// ([`crate::checkpoint::SteerState`]), so a restore seeks in O(1) and replays nothing, and
 /// since it depends on the lane's stream alone it is the same at every world size and thread
 /// count.
+///
+/// Reading is not done input by input: the engine reads ahead, in units of several inputs of
+/// any datasets, those the loop will most likely ask for next (the same rule over the
+/// estimated tokens of [`Steering::input_tokens`]), and keeps each dataset's inputs in order
+/// until the loop takes them. What it reads ahead changes when an input is read, never which.
 ///
 /// The targets are [`Steering::shares`], a schedule over steps. A lane reads by the shares in
 /// force at the step it is making rows for; when that step enters a new segment the lane
@@ -225,16 +233,22 @@ pub trait Steering: Send + Sync {
     fn datasets(&self) -> u32;
 
     /// Lane `lane`'s `k`-th chunk of dataset `d` in a run of `lanes` lanes, or `None` when
-    /// the lane has no more of that dataset (it then has none for any larger `k`).
+    /// the lane has no more of that dataset (it then has none for any larger `k`). A chunk
+    /// may be empty.
     fn dataset_chunk(&self, lane: Lane, lanes: u32, d: u32, k: u64) -> crate::Result<Option<Chunk>>;
 
     /// The target token shares by step, one share a dataset, each segment summing to 1.
     fn shares(&self) -> &crate::ShareSchedule;
 
-    /// The dataset a lane reads next, given the `shares` in force, the tokens it delivered of
-    /// each dataset since they took effect and which datasets it has no more chunks of; `None`
-    /// when the lane's input ends.
+    /// The dataset of a lane's next record, given the `shares` in force, the tokens it
+    /// delivered of each dataset since they took effect and which datasets it has no more
+    /// inputs of; `None` when the lane's input ends.
     fn next_dataset(&self, shares: &[f64], delivered: &[u64], exhausted: &[bool]) -> Option<u32>;
+
+    /// The tokens one input of dataset `d` is expected to make (an estimate, positive): what
+    /// the engine counts an input it has read ahead but not pushed as, to choose what to read
+    /// next. It changes what is read ahead, never the data.
+    fn input_tokens(&self, d: u32) -> f64;
 }
 
 /// An in-memory dataset of named fields, for tests and examples.

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use zephon_core::{
-    Accumulator, AccumulatorState, Assembly, LaneContext, Offer, OpError, Operator, OperatorKind, Record, Settings,
-    Value,
+    Accumulator, AccumulatorState, Assembly, Holding, LaneContext, Offer, OpError, Operator, OperatorKind, Record,
+    Settings, Value,
 };
 
 use crate::held::Held;
@@ -42,6 +42,8 @@ pub struct EnsureMixture {
     shares: Vec<f64>,
     slack_tokens: u64,
     hold: Option<usize>,
+    /// The most tokens it holds in one lane: past it, the oldest held piece goes out.
+    max_held: Option<u64>,
     /// Tokens by which the stages after this one may hold more of a dataset than its share
     /// for good (packing bins); see [`EnsureMixture::standing_stock`].
     stock_tokens: u64,
@@ -66,6 +68,7 @@ impl EnsureMixture {
             shares: shares.iter().map(|s| s / sum).collect(),
             slack_tokens,
             hold: None,
+            max_held: None,
             stock_tokens: u64::MAX,
             kept_tokens: u64::MAX,
             field: "tokens".into(),
@@ -81,6 +84,7 @@ impl EnsureMixture {
             shares: Vec::new(),
             slack_tokens,
             hold: None,
+            max_held: None,
             stock_tokens: 0,
             kept_tokens: u64::MAX,
             field: "tokens".into(),
@@ -96,6 +100,27 @@ impl EnsureMixture {
         }
         self.hold = Some(documents);
         Ok(self)
+    }
+
+    /// Holds at most `tokens` a lane: past it, the oldest held piece goes out before its
+    /// dataset's turn (counted per dataset, [`released`]); nothing is dropped, the shares run
+    /// further from their targets for a while. Without it, a pipeline sets
+    /// [`EnsureMixture::default_max_held`] when it is assembled; built with
+    /// [`EnsureMixture::new`], it holds without a cap.
+    pub fn max_held_tokens(mut self, tokens: u64) -> Result<Self, crate::Error> {
+        if tokens == 0 {
+            return Err(crate::Error::Config("ensure_mixture: max_held_tokens must be at least 1".into()));
+        }
+        self.max_held = Some(tokens);
+        Ok(self)
+    }
+
+    /// The cap a pipeline gives what it holds per lane when none is set: 16 × the slack plus
+    /// 4 rows of `row_length`. A lane's closed loop supplies each dataset within one record of
+    /// its share, so what it holds stays far below (reported as `held_tokens_peak`); the cap
+    /// is what keeps memory bounded whatever the data.
+    pub fn default_max_held(slack_tokens: u64, row_length: u64) -> u64 {
+        16u64.saturating_mul(slack_tokens).saturating_add(4u64.saturating_mul(row_length)).max(1)
     }
 
     /// How many tokens more than its share of a dataset the next stage (the packer) may hold
@@ -125,6 +150,7 @@ impl Operator for EnsureMixture {
             .set("shares", self.shares.clone())
             .set("slack_tokens", self.slack_tokens)
             .set("hold", self.hold)
+            .set("max_held_tokens", self.max_held)
             .set("stock_tokens", self.stock_tokens)
             .set("kept_tokens", self.kept_tokens)
             .set("field", self.field.as_str())
@@ -141,6 +167,10 @@ impl Operator for EnsureMixture {
             None => "drops nothing".to_string(),
             Some(h) => format!("holds up to {h} documents per lane, then drops the oldest"),
         };
+        let hold = match self.max_held {
+            None => hold,
+            Some(t) => format!("{hold}, holds at most {t} tokens per lane (then lets the oldest through)"),
+        };
         format!(
             "token shares [{}] of what the next stage emits (what it holds counts{stock}), slack {} tokens, {hold}",
             shares.join(", "),
@@ -153,7 +183,11 @@ impl Operator for EnsureMixture {
     }
 
     fn offer(&self) -> Offer {
-        Offer::none().with_share_slack(self.slack_tokens)
+        let offer = Offer::none().with_share_slack(self.slack_tokens);
+        match self.max_held {
+            Some(t) => offer.with_holding(Holding::Positions(t)),
+            None => offer,
+        }
     }
 
     /// A planned one takes the datasets' shares, and measures past the packer after it: what
@@ -175,6 +209,8 @@ impl Operator for EnsureMixture {
         let mut ensure = EnsureMixture::new(shares, self.slack_tokens).map_err(|e| OpError::Fatal(e.to_string()))?;
         ensure.hold = self.hold;
         ensure.field = self.field.clone();
+        let row_length = plan.after(|o| o.row_length).map_or(0, |(_, n)| n as u64);
+        ensure.max_held = Some(self.max_held.unwrap_or_else(|| Self::default_max_held(self.slack_tokens, row_length)));
         ensure.stock_tokens = plan.after(|o| o.held_positions).map_or(0, |(_, n)| n);
         if let Some((_, n)) = plan.after(|o| o.truncates_to) {
             ensure.kept_tokens = n;
@@ -195,6 +231,8 @@ impl Operator for EnsureMixture {
             this_push: vec![0; k],
             ahead: vec![0.0; k],
             held: Held::new(k),
+            peak: 0,
+            released: vec![0; k],
             dropped_docs: vec![0; k],
             dropped_tokens: vec![0; k],
         }))
@@ -202,7 +240,7 @@ impl Operator for EnsureMixture {
 }
 
 /// Counters per dataset in the exported state (see `Deficit::export`).
-const STATE_COUNTERS: usize = 7;
+const STATE_COUNTERS: usize = 8;
 
 struct Deficit {
     cfg: EnsureMixture,
@@ -223,6 +261,11 @@ struct Deficit {
     /// Per dataset, how far it runs ahead of its share ([`Deficit::measure_ahead`]).
     ahead: Vec<f64>,
     held: Held,
+    /// The most tokens held at once.
+    peak: u64,
+    /// Per dataset: tokens let through before their turn because what it held reached its
+    /// cap ([`EnsureMixture::max_held_tokens`]).
+    released: Vec<u64>,
     /// Per dataset: documents and tokens dropped because the hold queue overflowed.
     dropped_docs: Vec<u64>,
     dropped_tokens: Vec<u64>,
@@ -340,6 +383,13 @@ impl Accumulator for Deficit {
         // have made older documents admissible, and they go first.
         self.held.push(d, n, record);
         self.release(out);
+        while self.cfg.max_held.is_some_and(|cap| self.held.tokens() > cap)
+            && let Some((d, n, r)) = self.held.take_oldest()
+        {
+            self.released[d] += n;
+            self.emit(d, n, r, out);
+        }
+        self.peak = self.peak.max(self.held.tokens());
         if self.cfg.hold.is_some_and(|h| self.held.len() > h)
             && let Some((d, n, _)) = self.held.take_oldest()
         {
@@ -386,17 +436,23 @@ impl Accumulator for Deficit {
 
     /// `values` is the tokens emitted, the documents dropped, the tokens dropped, the tokens
     /// the next stage emitted, whether the lane reads no more of it, the tokens the next
-    /// stage had emitted when the targets took effect and the target (its `f64` bits), each
-    /// one number per dataset.
+    /// stage had emitted when the targets took effect, the target (its `f64` bits) and the
+    /// tokens let through past the cap, each one number per dataset; then the most tokens
+    /// held at once.
     fn export(&self) -> AccumulatorState {
         let ended: Vec<u64> = self.ended.iter().map(|&e| u64::from(e)).collect();
         let targets: Vec<u64> = self.targets.iter().map(|t| t.to_bits()).collect();
-        let values =
-            [&self.emitted, &self.dropped_docs, &self.dropped_tokens, &self.next_out, &ended, &self.base_out, &targets]
-                .into_iter()
-                .flatten()
-                .copied()
-                .collect();
+        let per_dataset = [
+            &self.emitted,
+            &self.dropped_docs,
+            &self.dropped_tokens,
+            &self.next_out,
+            &ended,
+            &self.base_out,
+            &targets,
+            &self.released,
+        ];
+        let values = per_dataset.into_iter().flatten().copied().chain([self.peak]).collect();
         AccumulatorState {
             values,
             buffered: self.held.in_order().into_iter().map(|(_, _, r)| r.lineage().clone()).collect(),
@@ -405,11 +461,11 @@ impl Accumulator for Deficit {
 
     fn import(&mut self, state: AccumulatorState, buffered: Vec<Record>) -> Result<(), OpError> {
         let k = self.cfg.shares.len();
-        if state.values.len() != STATE_COUNTERS * k {
+        if state.values.len() != STATE_COUNTERS * k + 1 {
             return Err(OpError::Fatal(format!(
                 "ensure_mixture state has {} numbers, expected {}",
                 state.values.len(),
-                STATE_COUNTERS * k
+                STATE_COUNTERS * k + 1
             )));
         }
         self.emitted = state.values[..k].to_vec();
@@ -418,7 +474,9 @@ impl Accumulator for Deficit {
         self.next_out = state.values[3 * k..4 * k].to_vec();
         self.ended = state.values[4 * k..5 * k].iter().map(|&e| e != 0).collect();
         self.base_out = state.values[5 * k..6 * k].to_vec();
-        self.targets = state.values[6 * k..].iter().map(|&b| f64::from_bits(b)).collect();
+        self.targets = state.values[6 * k..7 * k].iter().map(|&b| f64::from_bits(b)).collect();
+        self.released = state.values[7 * k..8 * k].to_vec();
+        self.peak = state.values[8 * k];
         if self.targets.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
             return Err(OpError::Fatal(format!("ensure_mixture state holds targets {:?}", self.targets)));
         }
@@ -446,15 +504,47 @@ pub fn held(state: &AccumulatorState, datasets: usize) -> Vec<(u64, u64)> {
     out
 }
 
-/// What ensure_mixture has emitted and dropped on one lane, per dataset, read from its exported
-/// state (for reports): `(tokens emitted, documents dropped, tokens dropped)` per dataset.
-pub fn dropped(state: &AccumulatorState) -> Option<Vec<(u64, u64, u64)>> {
-    let v = &state.values;
-    if v.is_empty() || !v.len().is_multiple_of(STATE_COUNTERS) {
-        return None;
+/// What ensure_mixture did on one lane, read from its exported state (for reports).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EnsureCounts {
+    /// Per dataset: tokens let through, documents dropped (an explicit `hold`), their tokens,
+    /// and tokens let through before their turn because what it held reached its cap.
+    pub datasets: Vec<EnsureDataset>,
+    /// The most tokens it held at once.
+    pub peak_held_tokens: u64,
+}
+
+/// What ensure_mixture did with one dataset on one lane (see [`EnsureCounts`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct EnsureDataset {
+    /// Tokens let through.
+    pub mixed_tokens: u64,
+    /// Documents dropped past an explicit `hold`.
+    pub dropped_documents: u64,
+    /// Their tokens.
+    pub dropped_tokens: u64,
+    /// Tokens let through before their turn, past the cap on what it holds.
+    pub released_tokens: u64,
+}
+
+impl EnsureCounts {
+    /// Read from one lane's exported state; `None` when it is not an ensure_mixture state.
+    pub fn of(state: &AccumulatorState) -> Option<Self> {
+        let v = &state.values;
+        if v.is_empty() || !(v.len() - 1).is_multiple_of(STATE_COUNTERS) {
+            return None;
+        }
+        let k = (v.len() - 1) / STATE_COUNTERS;
+        let datasets = (0..k)
+            .map(|d| EnsureDataset {
+                mixed_tokens: v[d],
+                dropped_documents: v[k + d],
+                dropped_tokens: v[2 * k + d],
+                released_tokens: v[7 * k + d],
+            })
+            .collect();
+        Some(EnsureCounts { datasets, peak_held_tokens: v[8 * k] })
     }
-    let k = v.len() / STATE_COUNTERS;
-    Some((0..k).map(|d| (v[d], v[k + d], v[2 * k + d])).collect())
 }
 
 #[cfg(test)]
@@ -483,7 +573,7 @@ mod tests {
             let k = shares.len();
             let mut acc = Deficit { shares: op.shares.clone(), targets: op.shares.clone(), ended: vec![false; k], cfg: op.clone(),
                 emitted: vec![0; shares.len()], next_out: vec![0; shares.len()], base_out: vec![0; shares.len()],
-                this_push: vec![0; shares.len()], ahead: vec![0.0; shares.len()], held: Held::new(shares.len()),
+                this_push: vec![0; shares.len()], ahead: vec![0.0; shares.len()], held: Held::new(shares.len()), peak: 0, released: vec![0; shares.len()],
                 dropped_docs: vec![0; shares.len()], dropped_tokens: vec![0; shares.len()] };
             // The next stage: a queue that lets out `out` of its oldest records per event.
             let mut next: VecDeque<Record> = VecDeque::new();

@@ -27,6 +27,8 @@ pub(crate) struct Held {
     /// Per dataset, how many held documents have each size (the smallest is the first key).
     sizes: Vec<BTreeMap<u64, u32>>,
     arrivals: u64,
+    /// Tokens of every held document.
+    tokens: u64,
 }
 
 impl Held {
@@ -36,7 +38,13 @@ impl Held {
             queues: (0..datasets).map(|_| VecDeque::new()).collect(),
             sizes: vec![BTreeMap::new(); datasets],
             arrivals: 0,
+            tokens: 0,
         }
+    }
+
+    /// Tokens of the documents held.
+    pub fn tokens(&self) -> u64 {
+        self.tokens
     }
 
     /// Documents held.
@@ -50,6 +58,7 @@ impl Held {
         self.queues[dataset].push_back(Doc { arrival: self.arrivals, tokens, record });
         *self.sizes[dataset].entry(tokens).or_default() += 1;
         self.arrivals += 1;
+        self.tokens += tokens;
     }
 
     /// Takes out the oldest document for which `admissible(dataset, tokens)` holds. The
@@ -98,6 +107,7 @@ impl Held {
 
     fn remove(&mut self, d: usize, i: usize) -> Option<(usize, u64, Record)> {
         let doc = self.queues[d].remove(i)?;
+        self.tokens -= doc.tokens;
         if let Some(count) = self.sizes[d].get_mut(&doc.tokens) {
             *count -= 1;
             if *count == 0 {
@@ -141,6 +151,7 @@ mod tests {
                 };
                 prop_assert_eq!(got.map(|(d, n, r)| (d, n, row_of(&r))), want);
                 prop_assert_eq!(held.len(), flat.len());
+                prop_assert_eq!(held.tokens(), flat.iter().map(|&(_, n, _)| n).sum::<u64>());
                 let order: Vec<_> = held.in_order().into_iter().map(|(d, n, r)| (d, n, row_of(r))).collect();
                 prop_assert_eq!(order, flat.iter().copied().collect::<Vec<_>>());
             }

@@ -54,7 +54,7 @@ mod source;
 mod steer;
 
 pub use balance::{Balance, Measure, row_sizes};
-pub use ensure::{EnsureMixture, dropped, held};
+pub use ensure::{EnsureCounts, EnsureDataset, EnsureMixture, held};
 pub use error::{Error, Result};
 pub use estimate::{EstimateOptions, ROW_QUANTILES, TokenEstimate, declared, estimate, weights_for_token_shares};
 pub use once::OnceInOrder;

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use zephon_core::rng::mix64;
 use zephon_core::{
-    Accumulator, AccumulatorState, Assembly, LaneContext, Lineage, OpError, Operator, OperatorKind, Record, RngKey,
-    Settings,
+    Accumulator, AccumulatorState, Assembly, Holding, LaneContext, Lineage, Offer, OpError, Operator, OperatorKind,
+    Record, RngKey, Settings,
 };
 
 /// Shuffles a lane's records through a buffer of `size`: once the buffer is full, each new
@@ -80,6 +80,10 @@ impl Operator for Shuffle {
             }
             _ => Ok(None),
         }
+    }
+
+    fn offer(&self) -> Offer {
+        Offer::none().with_holding(Holding::Records(self.size as u64))
     }
 
     fn fingerprint(&self) -> Settings {

@@ -1,5 +1,6 @@
-//! Token shares held by a closed loop per lane: each dataset is a stream of its own, and a lane
-//! reads next the dataset furthest behind its share of the tokens the lane has delivered.
+//! Token shares held by a closed loop per lane: each dataset is a stream of its own, and a
+//! lane's next input comes from the dataset furthest behind its share of the tokens the lane
+//! has delivered.
 
 use zephon_core::{Chunk, DatasetManifest, Lane, Settings, ShareSchedule, Steering, WorkSource};
 
@@ -7,21 +8,26 @@ use crate::error::{Error, Result};
 use crate::source::{Exhaustion, MixtureSource, SourceOptions};
 
 /// Estimated tokens per chunk of a dataset's stream when the mixture does not say how to cut
-/// chunks: small enough that one chunk moves a lane's shares by about a row, large enough that
-/// a chunk of short documents is several units of work.
+/// chunks. A chunk is what is dealt to one lane (its documents are read by that lane, in
+/// order); the closed loop picks a dataset per input, so the chunk size does not move the
+/// shares.
 pub const STEERED_CHUNK_TOKENS: u64 = 2048;
 
-/// A mixture by token shares whose lanes choose their next chunk by what they delivered.
+/// A mixture by token shares whose lanes choose the dataset of each record by what they
+/// delivered.
 ///
 /// Dataset d is a stream of its own, a [`MixtureSource`] of that one dataset (its order,
 /// passes, exhaustion and the deal of its chunks to lanes as for any mixture): lane l's k-th
-/// chunk of dataset d is position-addressed. Which dataset a lane reads next is chosen, once it
-/// has pushed its current chunk whole, by [`Steering::next_dataset`]: the dataset with the
-/// largest deficit `share × delivered total − delivered`, ties to the lower index, among those
-/// the lane has chunks of. The deficit is over what the lane delivered (the tokens its inputs
-/// made), so the shares hold within about a chunk of tokens a lane, whatever the documents'
-/// lengths, and nothing has to be dropped to hold them; `ensure_mixture` then orders the pieces
-/// so that the packer's rows hold them within its slack.
+/// chunk of dataset d is position-addressed. The dataset of a lane's next record (a document,
+/// or a piece of one that tokenize split) is chosen by [`Steering::next_dataset`], record by
+/// record, as start-time fair queueing chooses the next packet: the dataset d whose
+/// `delivered_d / share_d` is least, with `delivered_d` the tokens the lane's records of d
+/// made (ties to the larger share, then the lower index). So every dataset is served in
+/// proportion to its share from the first records on, a dataset with a small share included:
+/// a lane's tokens of a dataset run ahead of its share by at most one record, and fall behind
+/// it by at most its share of one record of each dataset, whatever the documents' lengths.
+/// Nothing has to be dropped, and `ensure_mixture` then orders the pieces so that the
+/// packer's rows hold the shares within its slack.
 ///
 /// Finite data: under [`Exhaustion::Stop`] a lane's input ends when it runs out of a dataset
 /// that has a share; under [`Exhaustion::Redistribute`] an exhausted dataset leaves the lane's
@@ -32,8 +38,8 @@ pub struct SteeredSource {
     streams: Vec<MixtureSource>,
     shares: ShareSchedule,
     exhaustion: Exhaustion,
-    /// Estimated tokens of one chunk of each dataset.
-    chunk_tokens: Vec<f64>,
+    /// Estimated tokens of one row (document) of each dataset.
+    row_tokens: Vec<f64>,
 }
 
 impl SteeredSource {
@@ -62,18 +68,15 @@ impl SteeredSource {
         if !(sum.is_finite() && sum > 0.0) || shares.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
             return Err(Error::Config(format!("token shares {shares:?} must be non-negative with a positive sum")));
         }
+        if let Some((d, t)) = tokens_per_row.iter().enumerate().find(|(_, t)| !(t.is_finite() && **t > 0.0)) {
+            return Err(Error::Config(format!("dataset #{d}: estimated tokens per row {t} must be positive")));
+        }
         let limit = *config.chunk_tokens.get_or_insert(STEERED_CHUNK_TOKENS);
-        let mut chunk_tokens = Vec::with_capacity(manifests.len());
         let mut streams = Vec::with_capacity(manifests.len());
         for (d, (m, &t)) in manifests.iter().zip(tokens_per_row).enumerate() {
             let mut c = config;
-            match max_samples {
-                Some(n) if f64::from(n) * t <= limit as f64 => {
-                    (c.chunk_size, c.chunk_tokens) = (n, None);
-                    chunk_tokens.push(f64::from(n) * t);
-                }
-                // A chunk holds the rows that start inside its tokens: at least a row.
-                _ => chunk_tokens.push((limit as f64).max(t)),
+            if let Some(n) = max_samples.filter(|&n| f64::from(n) * t <= limit as f64) {
+                (c.chunk_size, c.chunk_tokens) = (n, None);
             }
             streams.push(MixtureSource::of_dataset(d as u32, m, c)?.with_row_tokens(&[t])?);
         }
@@ -81,7 +84,7 @@ impl SteeredSource {
             streams,
             shares: ShareSchedule::constant(shares).map_err(|e| Error::Config(e.to_string()))?,
             exhaustion: config.exhaustion,
-            chunk_tokens,
+            row_tokens: tokens_per_row.to_vec(),
         })
     }
 
@@ -154,7 +157,8 @@ impl WorkSource for SteeredSource {
         let streams: Vec<Settings> = self.streams.iter().map(WorkSource::fingerprint).collect();
         // The shares from step 0 only: the run's fingerprint compares the whole schedule step by
         // step, so that a checkpoint may continue under one that changes after its step.
-        Settings::new("steered", 1)
+        Settings::new("steered", 2)
+            .set("picks", "per input, least (delivered + estimated input) / share")
             .set("shares", self.shares.at(0).to_vec())
             .set("exhaustion", self.exhaustion.as_str())
             .set("streams", streams)
@@ -176,8 +180,8 @@ impl WorkSource for SteeredSource {
             .collect();
         let first = self.streams.first().map(WorkSource::describe).unwrap_or_default();
         format!(
-            "token shares {}{later} held by each lane's delivered tokens (the dataset furthest behind its share \
-             reads next); each dataset a stream of its own, e.g. {first}",
+            "token shares {}{later} held by each lane's delivered tokens (each input from the dataset furthest \
+             behind its share); each dataset a stream of its own, e.g. {first}",
             shares.join(", ")
         )
     }
@@ -208,38 +212,32 @@ impl Steering for SteeredSource {
 
     fn next_dataset(&self, shares: &[f64], delivered: &[u64], exhausted: &[bool]) -> Option<u32> {
         let k = shares.len().min(self.streams.len());
-        let live: Vec<usize> =
-            (0..k).filter(|&d| shares[d] > 0.0 && !exhausted.get(d).copied().unwrap_or(true)).collect();
-        if self.exhaustion == Exhaustion::Stop && live.len() < (0..k).filter(|&d| shares[d] > 0.0).count() {
+        let wanted = |d: usize| shares[d] > 0.0;
+        let live = |d: usize| wanted(d) && !exhausted.get(d).copied().unwrap_or(true);
+        if self.exhaustion == Exhaustion::Stop && (0..k).any(|d| wanted(d) && !live(d)) {
             return None;
         }
-        let share: f64 = live.iter().map(|&d| shares[d]).sum();
-        let got = |d: usize| delivered.get(d).copied().unwrap_or(0) as f64;
-        let total: f64 = live.iter().map(|&d| got(d)).sum();
-        // The chunk that leaves the lane's worst deviation from its shares smallest, counting
-        // the chunk at its estimated tokens; ties to the dataset furthest behind, then the
-        // lower index. At the start that reads the dataset of small chunks first, instead of
-        // one whose first chunk alone would put the lane far off.
-        let worst_after = |d: usize| {
-            let t = total + self.chunk_tokens[d];
-            live.iter()
-                .map(|&e| {
-                    let after = got(e) + if e == d { self.chunk_tokens[d] } else { 0.0 };
-                    (after - shares[e] / share * t).abs()
-                })
-                .fold(0.0f64, f64::max)
-        };
-        let deficit = |d: usize| shares[d] / share * total - got(d);
-        live.iter()
-            .copied()
-            .fold(None, |best: Option<usize>, d| match best {
-                Some(b) => {
-                    let (wb, wd) = (worst_after(b), worst_after(d));
-                    if wd < wb || (wd == wb && deficit(d) > deficit(b)) { Some(d) } else { Some(b) }
-                }
-                None => Some(d),
-            })
-            .map(|d| d as u32)
+        // Start-time fair queueing: the dataset that has delivered least for its share goes
+        // next (ties to the larger share, then the lower index). It runs ahead of its share by
+        // at most the record it is given. Scale-free in the shares, so datasets that have left
+        // (finite data) need no renormalising.
+        let key = |d: usize| delivered.get(d).copied().unwrap_or(0) as f64 / shares[d];
+        let mut best: Option<(usize, f64)> = None;
+        for d in (0..k).filter(|&d| live(d)) {
+            let f = key(d);
+            let better = match best {
+                None => true,
+                Some((b, fb)) => f < fb || (f == fb && shares[d] > shares[b]),
+            };
+            if better {
+                best = Some((d, f));
+            }
+        }
+        best.map(|(d, _)| d as u32)
+    }
+
+    fn input_tokens(&self, d: u32) -> f64 {
+        self.row_tokens.get(d as usize).copied().unwrap_or(1.0)
     }
 }
 
@@ -266,23 +264,19 @@ mod tests {
     }
 
     #[test]
-    fn the_dataset_furthest_behind_its_share_reads_next() {
+    fn the_dataset_furthest_behind_its_share_gives_the_next_record() {
         let config = SourceOptions { seed: 3, exhaustion: Exhaustion::Repeat, ..SourceOptions::default() };
         let s = SteeredSource::new(&[ds("a", 100), ds("b", 100)], &[0.7, 0.3], config, &[10.0, 1000.0], None).unwrap();
-        // Chunks hold ~2048 estimated tokens of a, ~2048 (at least a row, 1000) of b.
-        assert_eq!(
-            s.next_dataset(s.shares().at(0), &[0, 0], &[false, false]),
-            Some(0),
-            "equal chunks: the lower index"
-        );
+        assert_eq!(s.next_dataset(s.shares().at(0), &[0, 0], &[false, false]), Some(0), "a tie: the larger share");
         assert_eq!(s.next_dataset(s.shares().at(0), &[7000, 2000], &[false, false]), Some(1), "b is behind its 30 %");
         assert_eq!(s.next_dataset(s.shares().at(0), &[6000, 4000], &[false, false]), Some(0), "a is behind its 70 %");
         // A lane that delivered a huge document of b reads a until a is back to its share.
         assert_eq!(s.next_dataset(s.shares().at(0), &[100, 100_000], &[false, false]), Some(0));
-        // At the start, a dataset of small chunks goes first.
-        let long =
+        // Equal shares at a tie: the lower index.
+        let even =
             SteeredSource::new(&[ds("a", 100), ds("b", 100)], &[0.5, 0.5], config, &[9000.0, 20.0], None).unwrap();
-        assert_eq!(long.next_dataset(long.shares().at(0), &[0, 0], &[false, false]), Some(1));
+        assert_eq!(even.next_dataset(even.shares().at(0), &[0, 0], &[false, false]), Some(0));
+        assert_eq!(even.next_dataset(even.shares().at(0), &[9000, 20], &[false, false]), Some(1));
         // A chunk holds ~2048 estimated tokens: a few of the long documents, ~200 of the short ones.
         let a = s.dataset_chunk(Lane(0), 4, 0, 0).unwrap().unwrap();
         let b = s.dataset_chunk(Lane(0), 4, 1, 0).unwrap().unwrap();

@@ -36,6 +36,19 @@ pub struct Offer {
     /// How it counts the tokens a row becomes (an operator that tokenizes a field), with which
     /// a pipeline plans token shares.
     pub counts_tokens: Option<TokenCounter>,
+    /// The most its accumulator holds in one lane, with which a pipeline states the memory
+    /// its lanes may take.
+    pub holds: Option<Holding>,
+}
+
+/// The most an accumulator holds in one lane at any time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Holding {
+    /// Sequence positions (tokens): a packer's open rows, `ensure_mixture`'s held pieces.
+    Positions(u64),
+    /// Records: rows of the pipeline's row length after a packer (a shuffle buffer), records as
+    /// they come (documents, pieces) before one.
+    Records(u64),
 }
 
 impl Offer {
@@ -90,6 +103,13 @@ impl Offer {
     #[must_use]
     pub fn with_token_counter(mut self, counter: TokenCounter) -> Self {
         self.counts_tokens = Some(counter);
+        self
+    }
+
+    /// Offers the most its accumulator holds in one lane.
+    #[must_use]
+    pub fn with_holding(mut self, holding: Holding) -> Self {
+        self.holds = Some(holding);
         self
     }
 }

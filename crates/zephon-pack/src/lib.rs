@@ -75,7 +75,7 @@ mod wrap;
 
 use std::sync::Arc;
 
-use zephon_operator::{Accumulator, Assembly, LaneContext, Offer, OpError, Operator, OperatorKind};
+use zephon_operator::{Accumulator, Assembly, Holding, LaneContext, Offer, OpError, Operator, OperatorKind};
 
 pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongerThanRow, PackOptions};
 pub use error::PackError;
@@ -140,7 +140,10 @@ impl Operator for Pack {
     }
 
     fn offer(&self) -> Offer {
-        let offer = Offer::none().with_held_positions(self.holds_positions()).with_row_length(self.config.seq_len);
+        let offer = Offer::none()
+            .with_held_positions(self.holds_positions())
+            .with_holding(Holding::Positions(self.holds_positions()))
+            .with_row_length(self.config.seq_len);
         match self.config.longer_than_row {
             LongerThanRow::Truncate => offer.with_truncation(self.config.seq_len as u64),
             LongerThanRow::Split => offer,

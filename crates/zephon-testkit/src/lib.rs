@@ -7,16 +7,19 @@
 //!   for `zephon_core::testing::Ranks`, the one in-process rank runner), and separate rank
 //!   processes (the multi-process harness).
 //! - [`SpecText`], the one builder of TOML specs for tests.
+//! - [`many_sources`], a mixture of a hundred datasets carved from the test corpora.
 //! - The fetched test data (`scripts/fetch-testdata.sh`): tests that need it fail loudly when
 //!   it is missing.
 
 #![allow(missing_docs)]
 
 mod images;
+mod many;
 mod ranks;
 mod spec_text;
 
 pub use images::{IMAGE, ImageTokenize, Split, image_corpus, images_of, span_len};
+pub use many::{ManySources, many_sources};
 pub use ranks::{rank_process, spawn_ranks};
 pub use spec_text::{SpecText, TomlValue};
 

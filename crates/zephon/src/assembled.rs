@@ -4,6 +4,8 @@
 use zephon_core::{ExecOptions, PlanNode, RunSpec, Topology};
 use zephon_mix::TokenEstimate;
 
+use crate::memory::MemoryBound;
+
 /// A pipeline with its data opened and its weights planned.
 pub(crate) struct Assembled {
     pub spec: RunSpec,
@@ -18,9 +20,16 @@ pub(crate) struct Assembled {
     pub chat_stage: Option<usize>,
     /// The records of the datasets, when the work source reads each once (a validation pass).
     pub records: Option<u64>,
+    /// What the run does with the settings as given that a user should know.
+    pub notices: Vec<String>,
 }
 
 impl Assembled {
+    /// The most one lane of this rank holds (see [`MemoryBound`]).
+    pub fn memory(&self, topology: &Topology, exec: &ExecOptions) -> MemoryBound {
+        MemoryBound::of(&self.spec.operators, topology, exec, self.spec.source.steering().is_some())
+    }
+
     /// The run as a tree: datasets, work source, topology, operators, execution, policies.
     pub fn plan(&self, topology: &Topology, exec: &ExecOptions) -> PlanNode {
         let sum: f64 = self.weights.iter().sum();
@@ -81,6 +90,7 @@ impl Assembled {
                     exec.threads, exec.prefetch_steps, exec.unit_samples, exec.snapshot_every
                 ),
             ))
+            .with(PlanNode::new("memory", self.memory(topology, exec).describe()))
             .with(PlanNode::new(
                 "policies",
                 format!(

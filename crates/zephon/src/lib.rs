@@ -35,6 +35,7 @@ mod assembled;
 mod error;
 mod loader;
 mod measured;
+mod memory;
 mod mixture;
 mod pipeline;
 pub mod spec;
@@ -43,7 +44,8 @@ mod validation;
 
 pub use error::{Error, Result};
 pub use loader::{DataReport, DatasetReport, Loader};
-pub use mixture::{Amount, Dataset, Mixture};
+pub use memory::MemoryBound;
+pub use mixture::{Amount, Dataset, Mixture, SHARE_SUM_TOLERANCE};
 pub use pipeline::{Pipeline, ROW_TOKENS_BY_DEFAULT};
 pub use spec::Spec;
 pub use validation::{Validation, ValidationLoader};

@@ -18,6 +18,10 @@ pub struct DataReport {
     /// Lanes that still had data when the run ended under `tail = "drop"` (one of this
     /// rank's lanes ran out first); what they held from then on was not delivered.
     pub lanes_cut_off: Vec<u32>,
+    /// The most tokens `ensure_mixture` held at once in one of this rank's lanes, as of the
+    /// lanes' last snapshot (its cap is in `explain`).
+    #[serde(default)]
+    pub held_tokens_peak: u64,
 }
 
 /// What was left out of one dataset.
@@ -42,6 +46,11 @@ pub struct DatasetReport {
     pub held_pieces: u64,
     /// Their tokens.
     pub held_tokens: u64,
+    /// Tokens `ensure_mixture` let through before their dataset's turn because what it held
+    /// reached its cap (`max_held_tokens`): nothing lost, the shares ran further off for a
+    /// while. 0 unless the data defeats the closed loop.
+    #[serde(default)]
+    pub released_tokens: u64,
     /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
     pub tail_dropped_tokens: u64,
     /// The documents (shard, row) those rows held pieces of: each came in part or not at all.
@@ -159,7 +168,8 @@ pub struct Loader {
 }
 
 impl Loader {
-    pub(crate) fn new(engine: Engine, assembled: Assembled, exec: zephon_core::ExecOptions) -> Self {
+    pub(crate) fn new(engine: Engine, mut assembled: Assembled, exec: zephon_core::ExecOptions) -> Self {
+        assembled.notices.extend(engine.notices().iter().cloned());
         Loader { engine, assembled, exec }
     }
 
@@ -256,13 +266,16 @@ impl Loader {
                 }
             }
         }
+        let mut held_tokens_peak = 0;
         if let Some(k) = self.assembled.ensure_stage {
             for state in lanes.iter().filter_map(|l| l.accumulators.get(k)) {
-                let per = zephon_mix::dropped(state).unwrap_or_default();
-                for (r, (emitted, docs, tokens)) in datasets.iter_mut().zip(per) {
-                    r.mixed_tokens += emitted;
-                    r.dropped_documents += docs;
-                    r.dropped_tokens += tokens;
+                let counts = zephon_mix::EnsureCounts::of(state).unwrap_or_default();
+                held_tokens_peak = held_tokens_peak.max(counts.peak_held_tokens);
+                for (r, c) in datasets.iter_mut().zip(counts.datasets) {
+                    r.mixed_tokens += c.mixed_tokens;
+                    r.dropped_documents += c.dropped_documents;
+                    r.dropped_tokens += c.dropped_tokens;
+                    r.released_tokens += c.released_tokens;
                 }
                 for (r, (pieces, tokens)) in datasets.iter_mut().zip(zephon_mix::held(state, names.len())) {
                     r.held_pieces += pieces;
@@ -278,7 +291,7 @@ impl Loader {
             }
         }
         let lanes_cut_off = self.engine.lanes_cut_off().iter().map(|l| l.0).collect();
-        DataReport { datasets, tail_dropped_rows, lanes_cut_off }
+        DataReport { datasets, tail_dropped_rows, lanes_cut_off, held_tokens_peak }
     }
 
     /// The lineage of every record this rank's lanes hold after the last delivered step (in
@@ -289,6 +302,26 @@ impl Loader {
             .lane_states()
             .into_iter()
             .flat_map(|l| l.accumulators.into_iter().flat_map(|a| a.buffered).chain(l.pending))
+            .collect()
+    }
+
+    /// The most one lane of this rank holds, part by part, as `explain` states it.
+    pub fn memory_bound(&self) -> crate::MemoryBound {
+        self.assembled.memory(self.engine.topology(), &self.exec)
+    }
+
+    /// What each of this rank's lanes holds as of its last snapshot, in positions (tokens):
+    /// `(lane, in its accumulators, in rows made and not yet delivered)`. What
+    /// [`Loader::memory_bound`] bounds.
+    pub fn held_positions(&self) -> Vec<(zephon_core::Lane, u64, u64)> {
+        let positions = |l: &zephon_core::Lineage| l.fragments().iter().map(|f| u64::from(f.len())).sum::<u64>();
+        self.engine
+            .lane_states()
+            .into_iter()
+            .map(|st| {
+                let buffered = st.accumulators.iter().flat_map(|a| &a.buffered).map(positions).sum();
+                (st.lane, buffered, st.pending.iter().map(positions).sum())
+            })
             .collect()
     }
 
@@ -320,10 +353,11 @@ impl Loader {
         self.engine.topology().rows_at(step)
     }
 
-    /// What the restore reported: a step schedule that changes after the checkpoint's step
-    /// (also said on stderr). Empty for a run started from its beginning.
+    /// What the run does with its settings as given that a user should know: token shares
+    /// used relative to a sum that is not exactly 1, and, after a restore, a step schedule
+    /// that changes after the checkpoint's step (also said on stderr).
     pub fn notices(&self) -> &[String] {
-        self.engine.notices()
+        &self.assembled.notices
     }
 
     /// Dataset names, by index (as `SampleId::dataset` numbers them).

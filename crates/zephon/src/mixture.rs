@@ -6,6 +6,21 @@ use zephon_core::ShareSchedule;
 use zephon_io::{DatasetOptions, Fields};
 use zephon_mix::{Balance, EstimateOptions, Exhaustion, Order, SourceOptions};
 
+/// How far token shares may sum from 1: shares written with a few decimals (six over a hundred
+/// datasets) rarely sum to exactly 1. Within it they are used relative to their sum, and the
+/// run says so ([`crate::Loader::notices`]); beyond it they are refused as a mistake.
+pub const SHARE_SUM_TOLERANCE: f64 = 1e-4;
+
+/// What a run says of token shares (of the segment from `step`) that sum to `sum`: nothing
+/// when it is 1 but for floating-point rounding.
+pub(crate) fn share_sum_notice(step: u64, sum: f64) -> Option<String> {
+    if (sum - 1.0).abs() <= 1e-9 {
+        return None;
+    }
+    let which = if step == 0 { "the token shares".to_string() } else { format!("the token shares from step {step}") };
+    Some(format!("{which} sum to {sum}: each is used divided by that sum"))
+}
+
 /// How much of the mixture a dataset is.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub enum Amount {
@@ -213,8 +228,9 @@ impl Mixture {
     }
 
     /// Checks what no run can use: no datasets, duplicate names, amounts that are not finite
-    /// and positive, token shares that do not sum to 1 (they are never renormalised
-    /// silently), a mix of shares and weights, empty chunks or blocks.
+    /// and positive, token shares that do not sum to 1 within [`SHARE_SUM_TOLERANCE`] (they
+    /// are never renormalised silently: [`Mixture::notices`] says so), a mix of shares and
+    /// weights, empty chunks or blocks.
     pub(crate) fn check(&self) -> Result<(), String> {
         if self.datasets.is_empty() {
             return Err("the mixture has no datasets".into());
@@ -256,9 +272,10 @@ impl Mixture {
             return Err("give every dataset a token share, or every dataset a sample weight".into());
         }
         let sum: f64 = shares.iter().sum();
-        if !shares.is_empty() && (sum - 1.0).abs() > 1e-6 {
+        if !shares.is_empty() && (sum - 1.0).abs() > SHARE_SUM_TOLERANCE {
             return Err(format!(
-                "token shares sum to {sum}, not 1: give shares that add up to 1 (weights, unlike shares, are relative)"
+                "token shares sum to {sum}, not 1 (within {SHARE_SUM_TOLERANCE}): give shares that add up to 1 \
+                 (weights, unlike shares, are relative)"
             ));
         }
         self.check_later_shares(!shares.is_empty())?;
@@ -272,6 +289,15 @@ impl Mixture {
             return Err("block_size must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// What the run does with the shares as given that a user should know: shares that sum to
+    /// 1 only within [`SHARE_SUM_TOLERANCE`] are used relative to their sum (a sum off by
+    /// floating-point rounding alone is not worth a word).
+    pub(crate) fn notices(&self) -> Vec<String> {
+        let Some(first) = self.token_shares() else { return Vec::new() };
+        let later = self.later_shares.iter().map(|(step, named)| (*step, named.iter().map(|(_, x)| *x).sum::<f64>()));
+        std::iter::once((0, first.iter().sum::<f64>())).chain(later).filter_map(|(step, sum)| share_sum_notice(step, sum)).collect()
     }
 
     /// Checks the later segments of the share schedule: steps after 0 and increasing, every
@@ -305,8 +331,8 @@ impl Mixture {
                 return Err(format!("{at} do not name dataset {}: give every dataset its share", d.name));
             }
             let sum: f64 = named.iter().map(|(_, x)| x).sum();
-            if (sum - 1.0).abs() > 1e-6 {
-                return Err(format!("{at} sum to {sum}, not 1"));
+            if (sum - 1.0).abs() > SHARE_SUM_TOLERANCE {
+                return Err(format!("{at} sum to {sum}, not 1 (within {SHARE_SUM_TOLERANCE})"));
             }
         }
         Ok(())

@@ -341,7 +341,8 @@ impl Pipeline {
             tail: self.tail,
             token_estimates: estimates.clone().unwrap_or_default(),
         };
-        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage, chat_stage, records })
+        let notices = m.notices();
+        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage, chat_stage, records, notices })
     }
 
     /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the

@@ -164,14 +164,15 @@ impl<'a> Windows<'a> {
         if steer.chunks.len() != datasets {
             return Err(format!("{} steers {} datasets, the work source {datasets}", st.lane, steer.chunks.len()));
         }
+        // Each dataset's stream up to its next input, and that input too if the lane is
+        // inside it (it may have pushed some of its pieces).
         let windows = (0..datasets)
             .map(|d| {
-                let w = if steer.current == Some(d as u32) {
-                    Window::new(streams, st.lane, Some(d as u32), st.cursor.chunk, at_cursor)
-                } else {
-                    Window::new(streams, st.lane, Some(d as u32), steer.chunks[d], 0)
-                };
-                (w, 0)
+                let offset = steer.offsets.get(d).copied().unwrap_or(0);
+                let inside = steer.progress.get(d).is_some_and(|&p| p > 0);
+                let take = offset.saturating_add(u64::from(inside));
+                let take = usize::try_from(take).unwrap_or(usize::MAX);
+                (Window::new(streams, st.lane, Some(d as u32), steer.chunks[d], take), 0)
             })
             .collect();
         Ok(Windows { windows, steered: true })
@@ -481,6 +482,9 @@ mod tests {
         fn next_dataset(&self, _: &[f64], _: &[u64], _: &[bool]) -> Option<u32> {
             Some(0)
         }
+        fn input_tokens(&self, _: u32) -> f64 {
+            1.0
+        }
     }
 
     /// A steered lane names its samples by dataset and distance within that dataset's stream:
@@ -489,10 +493,15 @@ mod tests {
     #[test]
     fn a_steered_lanes_samples_are_named_by_distance_in_their_dataset() {
         let streams = LaneStreams::new(Arc::new(TwoStreams), 4);
-        // Lane 1 reads dataset 1's chunk 3 (at offset 20) and has read 5 chunks of dataset 0.
-        let mut st = state(1, Cursor { chunk: 3, offset: 20 }, vec![], vec![]);
-        st.steer =
-            Some(SteerState { chunks: vec![5, 3], delivered: vec![9, 9], current: Some(1), ..SteerState::start(2) });
+        // Lane 1 is inside dataset 1's input 20 of chunk 3 and has read 5 chunks of dataset 0.
+        let mut st = state(1, Cursor::default(), vec![], vec![]);
+        st.steer = Some(SteerState {
+            chunks: vec![5, 3],
+            offsets: vec![0, 20],
+            progress: vec![0, 2],
+            delivered: vec![9, 9],
+            ..SteerState::start(2)
+        });
         let a = |k: u64, i: u64| SampleId::new(0, 0, (k * 4 + 1) * 50 + i);
         let b = |k: u64, i: u64| SampleId::new(1, 0, (k * 4 + 1) * 50 + i);
         let held: Vec<Lineage> = [a(4, 7), b(3, 20), b(2, 1), a(0, 0), a(3, 49), b(3, 2)]

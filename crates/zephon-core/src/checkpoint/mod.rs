@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use zephon_operator::{AccumulatorState, Lane, Lineage};
+use zephon_operator::{AccumulatorState, Lane, Lineage, SampleId};
 
 /// The checkpoint format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 6;
@@ -83,7 +83,7 @@ pub struct LaneState {
     pub tail_dropped: TailDropped,
     /// Where a steered lane is in each dataset and what it delivered (see
     /// [`crate::Steering`]); `None` for a lane of a position-addressed source. With it,
-    /// `cursor.chunk` is the index of the lane's chunk of dataset `steer.current`.
+    /// `cursor` and `input_progress` are unused: the lane's place is per dataset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steer: Option<SteerState>,
     /// One state per accumulator stage, in pipeline order.
@@ -95,15 +95,22 @@ pub struct LaneState {
 /// A steered lane's place in its datasets (see [`crate::Steering`]): a few integers a dataset.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SteerState {
-    /// Per dataset, the index of the lane's next chunk of it (for the dataset being read: of
-    /// the chunk being read).
+    /// Per dataset, the index of the lane's chunk of it that holds its next input.
     pub chunks: Vec<u64>,
+    /// Per dataset, where that input is in that chunk (at or past the chunk's end: the next
+    /// input is the first of a later chunk).
+    #[serde(default)]
+    pub offsets: Vec<u64>,
+    /// Per dataset, how many records (pieces) of that input the lane has pushed: the lane
+    /// picks a dataset per record, so a long document's pieces interleave with the others'
+    /// records and several datasets can be inside an input at once. A restore re-runs those
+    /// inputs' stateless part and skips what was pushed.
+    #[serde(default)]
+    pub progress: Vec<u64>,
     /// Per dataset, the tokens (positions) the lane's inputs of it made, counted as pushed.
     pub delivered: Vec<u64>,
-    /// Per dataset, whether the lane has no more chunks of it.
+    /// Per dataset, whether the lane has no more inputs of it.
     pub exhausted: Vec<bool>,
-    /// The dataset of the chunk being read; `None` once the lane's input has ended.
-    pub current: Option<u32>,
     /// The first step of the share segment the lane reads by (see [`crate::Steering::shares`]).
     pub segment: u64,
     /// Per dataset, what the lane had delivered when that segment took effect: the closed loop
@@ -112,35 +119,62 @@ pub struct SteerState {
 }
 
 impl SteerState {
-    /// A lane before its first chunk, over `datasets` datasets.
+    /// A lane before its first input, over `datasets` datasets.
     pub fn start(datasets: u32) -> Self {
         let n = datasets as usize;
         SteerState {
             chunks: vec![0; n],
+            offsets: vec![0; n],
+            progress: vec![0; n],
             delivered: vec![0; n],
             exhausted: vec![false; n],
-            current: None,
             segment: 0,
             segment_base: vec![0; n],
         }
     }
 
-    /// Per dataset, what the lane delivered since its share segment took effect.
-    pub fn delivered_in_segment(&self) -> Vec<u64> {
-        self.delivered.iter().zip(&self.segment_base).map(|(d, b)| d.saturating_sub(*b)).collect()
+    /// Whether it is a state over `datasets` datasets (every list that long).
+    pub fn fits(&self, datasets: usize) -> bool {
+        [
+            self.chunks.len(),
+            self.offsets.len(),
+            self.progress.len(),
+            self.delivered.len(),
+            self.exhausted.len(),
+            self.segment_base.len(),
+        ]
+            .iter()
+            .all(|&n| n == datasets)
+    }
+
+    /// Per dataset, what the lane delivered since its share segment took effect, into `out`.
+    pub fn delivered_in_segment(&self, out: &mut Vec<u64>) {
+        out.clear();
+        out.extend(self.delivered.iter().zip(&self.segment_base).map(|(d, b)| d.saturating_sub(*b)));
     }
 }
 
 impl LaneState {
-    /// The chunk the lane's cursor is in, from `source` with `lanes` lanes: its `cursor.chunk`-th
-    /// chunk, or for a steered lane its chunk `cursor.chunk` of the dataset it reads.
-    pub fn cursor_chunk(&self, source: &dyn crate::WorkSource, lanes: u32) -> crate::Result<Option<crate::Chunk>> {
+    /// The inputs the lane is inside (it pushed some of their records, not all), from
+    /// `source` with `lanes` lanes: the one at its cursor, or for a steered lane each
+    /// dataset's next input that it has pushed records of.
+    pub fn inputs_in_progress(&self, source: &dyn crate::WorkSource, lanes: u32) -> crate::Result<Vec<SampleId>> {
+        let at = |c: Option<crate::Chunk>, offset: u64| {
+            c.and_then(|c| usize::try_from(offset).ok().and_then(|i| c.samples.get(i).copied()))
+        };
         match (&self.steer, source.steering()) {
-            (Some(st), Some(s)) => match st.current {
-                Some(d) => s.dataset_chunk(self.lane, lanes, d, self.cursor.chunk),
-                None => Ok(None),
-            },
-            (None, None) => source.chunk(self.lane, lanes, self.cursor.chunk),
+            (Some(st), Some(s)) => {
+                let mut out = Vec::new();
+                for (d, _) in st.progress.iter().enumerate().filter(|(_, p)| **p > 0) {
+                    let (Some(&k), Some(&offset)) = (st.chunks.get(d), st.offsets.get(d)) else { continue };
+                    out.extend(at(s.dataset_chunk(self.lane, lanes, d as u32, k)?, offset));
+                }
+                Ok(out)
+            }
+            (None, None) if self.input_progress > 0 => {
+                Ok(at(source.chunk(self.lane, lanes, self.cursor.chunk)?, self.cursor.offset).into_iter().collect())
+            }
+            (None, None) => Ok(Vec::new()),
             _ => Err(crate::Error::Source {
                 lane: self.lane,
                 message: "the lane state and the work source disagree on whether lanes are steered".into(),

@@ -34,7 +34,7 @@ use crate::step::{LaneDigest, LaneStep, LocalStep, lane_digest};
 use crate::topology::Topology;
 use zephon_operator::{Lane, LaneContext, Record, Step};
 
-use lane::{LaneRun, LaneSetup};
+use lane::{LaneRun, LaneSetup, ReadBudget};
 use schedule::{Dispatch, Inbox, LaneProgress, Output, Sched, Shared, Slot, lock};
 
 pub use settings::{BadRecords, ExecOptions, RunSpec, Tail};
@@ -191,7 +191,7 @@ impl Engine {
                 Slot { lane: r.lane, inbox: Mutex::new(Inbox::default()), run: Mutex::new(r), out: Mutex::new(out) }
             })
             .collect();
-        let total_window = 4 * opts.threads;
+        let total_window = opts.total_window();
         let timings = timing::Timings::new(&plan);
         let shared = Arc::new(Shared {
             timings,
@@ -222,14 +222,9 @@ impl Engine {
             }),
             work_cv: Condvar::new(),
             step_cv: Condvar::new(),
-            lane_window: total_window.div_ceil(n.max(1)).max(2),
+            lane_window: opts.lane_window(n),
             total_window,
-            // Units shrink when lanes are many (beyond 128): a lane that pauses inside a unit
-            // keeps the rest of it tokenized until the consumer catches up, one unit per lane.
-            // At L = 1024 (one row a lane a step) 16-sample units hold ~15 MiB more at the
-            // first batches than 2-sample ones, and 8 do not slow L = 256 (`benches/lanes.sh`).
-            // Units only divide work: the data is the same at any size.
-            unit_cap: (128 * opts.unit_samples / n.max(1)).clamp(1, opts.unit_samples),
+            unit_cap: opts.unit_cap(n),
             consumed: std::sync::atomic::AtomicU64::new(next_step),
         });
         {
@@ -547,11 +542,8 @@ fn held_by(lanes: &[LaneStep], cut: &[Lane], source: &dyn WorkSource, lane_count
         }
         // A lane that stopped inside an input had pushed only its first records: the rest of
         // that document was never made, so no piece of it is held, yet it came in part.
-        if let Some(st) = state.filter(|st| st.input_progress > 0) {
-            let at = st.cursor_chunk(source, lane_count).ok().flatten();
-            let sample =
-                at.and_then(|c| usize::try_from(st.cursor.offset).ok().and_then(|i| c.samples.get(i).copied()));
-            if let Some(sample) = sample {
+        if let Some(st) = state {
+            for sample in st.inputs_in_progress(source, lane_count).unwrap_or_default() {
                 held.entry(sample.dataset).or_default().documents.insert(sample);
             }
         }
@@ -559,7 +551,13 @@ fn held_by(lanes: &[LaneStep], cut: &[Lane], source: &dyn WorkSource, lane_count
     held
 }
 
+/// What a steered lane of `lanes` reads ahead.
+fn read_budget(opts: &ExecOptions, lanes: usize) -> ReadBudget {
+    ReadBudget { budget: opts.read_ahead(lanes), unit_cap: opts.unit_cap(lanes) }
+}
+
 fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &ExecOptions) -> Result<Vec<LaneSetup>> {
+    let owned = topology.owned_lanes().count();
     let names: Arc<[String]> = spec.datasets.names().into();
     // More bad records in a row than the dataset has rows (and at least 1024) means a whole
     // pass of it was bad: stop rather than spin.
@@ -580,6 +578,7 @@ fn lane_setups(spec: &RunSpec, plan: &Arc<Plan>, topology: &Topology, opts: &Exe
                 digests_by_workers: opts.digests_by_workers,
                 bad_limit: bad_limit.clone(),
                 steering: spec.source.steering().is_some().then(|| (spec.source.clone(), topology.lanes())),
+                read: read_budget(opts, owned),
             })
         })
         .collect()

@@ -13,7 +13,7 @@ use crate::step::LaneStep;
 use crate::topology::Topology;
 use zephon_operator::Lane;
 
-use super::lane::{LaneRun, Progress, SteeredChunk, UnitOutput};
+use super::lane::{LaneRun, Progress, SteeredUnit, UnitOutput};
 use super::settings::{BadRecords, ExecOptions, Tail};
 
 pub(crate) struct Shared {
@@ -107,9 +107,9 @@ impl Inbox {
 pub(crate) struct Dispatch {
     pub(crate) cursor: Cursor,
     pub(crate) chunk: Option<Arc<Chunk>>,
-    /// For a steered lane: the chunks its ordered part chose to read next (it chooses one once
-    /// it has pushed the one before whole); `None` for a position-addressed lane.
-    pub(crate) steered: Option<VecDeque<SteeredChunk>>,
+    /// For a steered lane: the units of reading its ordered part planned; `None` for a
+    /// position-addressed lane.
+    pub(crate) steered: Option<VecDeque<SteeredUnit>>,
     pub(crate) seq: u64,
     pub(crate) in_flight: usize,
     pub(crate) ended: bool,
@@ -158,6 +158,8 @@ pub(crate) enum UnitKind {
         start: usize,
         end: usize,
     },
+    /// Inputs a steered lane planned to read (any of its datasets).
+    Inputs(SteeredUnit),
     End,
     SourceFailed(String),
     /// Continue these lanes' paused units (no new input): one worker takes a batch of them, so
@@ -196,7 +198,7 @@ impl Sched {
         let p = &self.progress[i];
         !d.ended
             && !p.made.done
-            && d.steered.as_ref().is_none_or(|q| d.chunk.is_some() || !q.is_empty())
+            && d.steered.as_ref().is_none_or(|q| !q.is_empty())
             && d.in_flight < shared.lane_window
             && p.made.steps_made < self.consumed + shared.opts.prefetch_steps
     }
@@ -288,7 +290,12 @@ impl Sched {
         let kind = self.cut(i, shared);
         let timed = self.units_timed.weight();
         let d = &mut self.lanes[i];
-        let unit = Unit { slot: i, seq: d.seq, kind, timed };
+        // A steered lane numbered its units when it planned them.
+        let seq = match &kind {
+            UnitKind::Inputs(u) => u.seq,
+            _ => d.seq,
+        };
+        let unit = Unit { slot: i, seq, kind, timed };
         d.seq += 1;
         d.in_flight += 1;
         self.in_flight += 1;
@@ -301,30 +308,20 @@ impl Sched {
     pub(crate) fn cut(&mut self, i: usize, shared: &Shared) -> UnitKind {
         let lane = shared.slots[i].lane;
         let d = &mut self.lanes[i];
-        loop {
-            let next_steered = match (&d.chunk, d.steered.as_mut()) {
-                (None, Some(q)) => Some(q.pop_front()),
-                _ => None,
+        if let Some(q) = d.steered.as_mut() {
+            return match q.pop_front() {
+                Some(ids) => UnitKind::Inputs(ids),
+                // `eligible` holds a steered lane back until it has planned a unit.
+                None => {
+                    d.ended = true;
+                    UnitKind::SourceFailed("a steered lane was scheduled with no reading planned".into())
+                }
             };
-            let chunk = match (&d.chunk, next_steered) {
-                (Some(c), _) => c.clone(),
-                (None, Some(Some(SteeredChunk::Chunk { chunk, k, start }))) => {
-                    d.cursor = Cursor { chunk: k, offset: start };
-                    d.chunk = Some(chunk.clone());
-                    chunk
-                }
-                (None, Some(Some(SteeredChunk::End))) => {
-                    d.ended = true;
-                    return UnitKind::End;
-                }
-                (None, Some(None)) => {
-                    // `eligible` holds a steered lane back until it has chosen its next chunk.
-                    d.ended = true;
-                    return UnitKind::SourceFailed(
-                        "a steered lane was scheduled before it chose its next chunk".into(),
-                    );
-                }
-                (None, None) => match shared.source.chunk(lane, shared.topology.lanes(), d.cursor.chunk) {
+        }
+        loop {
+            let chunk = match &d.chunk {
+                Some(c) => c.clone(),
+                None => match shared.source.chunk(lane, shared.topology.lanes(), d.cursor.chunk) {
                     Ok(Some(c)) => {
                         let c = Arc::new(c);
                         d.chunk = Some(c.clone());
@@ -348,10 +345,6 @@ impl Sched {
             if start >= len {
                 d.cursor = Cursor { chunk: d.cursor.chunk + 1, offset: 0 };
                 d.chunk = None;
-                if d.steered.as_ref().is_some_and(VecDeque::is_empty) {
-                    d.ended = true;
-                    return UnitKind::SourceFailed("a steered lane's chunk ended before it chose the next".into());
-                }
                 continue;
             }
             // A lane's first units are small (1, 2, 4, ... samples, up to `unit_samples`): the

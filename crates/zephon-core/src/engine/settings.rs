@@ -120,6 +120,32 @@ impl Default for ExecOptions {
 }
 
 impl ExecOptions {
+    /// Units in flight for all lanes together.
+    pub(crate) fn total_window(&self) -> usize {
+        4 * self.threads
+    }
+
+    /// Units in flight for one of `lanes` lanes (the lanes of this rank).
+    pub(crate) fn lane_window(&self, lanes: usize) -> usize {
+        self.total_window().div_ceil(lanes.max(1)).max(2)
+    }
+
+    /// The most samples in one unit of one of `lanes` lanes. Units shrink when lanes are many
+    /// (beyond 128): a lane that pauses inside a unit keeps the rest of it tokenized until the
+    /// consumer catches up, one unit per lane. At L = 1024 (one row a lane a step) 16-sample
+    /// units hold ~15 MiB more at the first batches than 2-sample ones, and 8 do not slow
+    /// L = 256 (`benches/lanes.sh`). Units only divide work: the data is the same at any size.
+    pub fn unit_cap(&self, lanes: usize) -> usize {
+        (128 * self.unit_samples / lanes.max(1)).clamp(1, self.unit_samples)
+    }
+
+    /// The most inputs (documents) a steered lane of `lanes` (the lanes of this rank) reads
+    /// ahead of its closed loop, beyond one a dataset it waits for: as many as its units in
+    /// flight hold.
+    pub fn read_ahead(&self, lanes: usize) -> usize {
+        self.lane_window(lanes) * self.unit_cap(lanes)
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Config(m.to_string()));
         if self.threads == 0 {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use crate::error::{Error, OpError, record_error};
 use crate::plan::{apply_chain, apply_chain_timed};
 
-use super::lane::UnitOutput;
+use super::lane::{InputOutcome, ReadyInput, UnitOutput};
 use super::schedule::{Shared, Unit, UnitKind, lock};
 use super::settings::BadRecords;
 
@@ -23,6 +23,7 @@ impl Shared {
                 UnitOutput::Failed(Error::WorkerPanic(format!("{lane}: a resume reached the reader")))
             }
             UnitKind::SourceFailed(m) => UnitOutput::Failed(Error::Source { lane, message: m.clone() }),
+            UnitKind::Inputs(u) => UnitOutput::Inputs(self.process_inputs(&u.ids, unit.timed, lane)),
             UnitKind::Samples { chunk, n, start, end } => {
                 let ids = &chunk.samples[*start..*end];
                 let timed = unit.timed;
@@ -72,6 +73,41 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// A steered lane's inputs, each read and through the parallel maps on its own: a failure
+    /// stops the lane only when its closed loop reaches that input, so the others go on.
+    fn process_inputs(&self, ids: &[zephon_operator::SampleId], timed: u64, lane: zephon_operator::Lane) -> Vec<ReadyInput> {
+        let t = (timed > 0).then(std::time::Instant::now);
+        let reads = self.datasets.read(ids);
+        if let Some(t) = t {
+            self.timings.add_read(timed * super::timing::since(t));
+        }
+        let mut nanos = vec![0u64; self.plan.parallel.len()];
+        let out = ids
+            .iter()
+            .zip(reads)
+            .map(|(id, read)| {
+                let mut records = Vec::new();
+                let res = match read {
+                    Ok(rec) if timed > 0 => apply_chain_timed(&self.plan.parallel, rec, &mut records, &mut nanos),
+                    Ok(rec) => apply_chain(&self.plan.parallel, rec, &mut records),
+                    Err(e) => Err(("read", e)),
+                };
+                let outcome = match res {
+                    Ok(()) => InputOutcome::Made(records),
+                    Err((op, OpError::Data(m))) if self.bad_records == BadRecords::Skip => {
+                        InputOutcome::Skipped(record_error(&self.names, *id, lane, op, m).to_string())
+                    }
+                    Err((op, e)) => InputOutcome::Failed(record_error(&self.names, *id, lane, op, e.to_string())),
+                };
+                ReadyInput { sample: *id, outcome }
+            })
+            .collect();
+        if timed > 0 {
+            self.timings.add_parallel(&nanos, timed);
+        }
+        out
     }
 
     /// Puts a finished unit in its lane's ring and drains the lane.
@@ -229,8 +265,8 @@ impl Shared {
 /// What one drain pass did to a lane, for the scheduler.
 struct Drained {
     lane: usize,
-    /// The chunks a steered lane chose to read next.
-    chosen: Vec<super::lane::SteeredChunk>,
+    /// The units of reading a steered lane planned.
+    chosen: Vec<super::lane::SteeredUnit>,
     /// Units taken from the ring (no longer in flight).
     drained: usize,
     /// Whether the lane moved at all (units drained, or a paused unit continued).

@@ -182,7 +182,10 @@ impl Spec {
         }
         if let Some(e) = &self.ensure_mixture {
             let slack = e.slack_tokens.unwrap_or(4096);
-            let ensure = EnsureMixture::slack_tokens(slack);
+            let mut ensure = EnsureMixture::slack_tokens(slack);
+            if let Some(t) = e.max_held_tokens {
+                ensure = ensure.max_held_tokens(t)?;
+            }
             p = p.ensure_mixture(match e.hold_per_lane(self.lanes).map_err(bad)? {
                 Some(hold) => ensure.hold(hold)?,
                 None => ensure,

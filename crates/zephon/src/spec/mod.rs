@@ -130,6 +130,11 @@ impl Spec {
                     .to_string(),
             );
         }
+        // Shares are given by the datasets or by the schedule's segments.
+        let given = self.datasets.iter().any(|d| d.share.is_some());
+        let first = given.then(|| (0, self.datasets.iter().filter_map(|d| d.share).sum::<f64>()));
+        let later = self.schedule.iter().flat_map(|s| s.shares.iter().flatten()).map(|(step, w)| (*step, w.values().sum()));
+        out.extend(first.into_iter().chain(later).filter_map(|(step, sum)| crate::mixture::share_sum_notice(step, sum)));
         out
     }
 

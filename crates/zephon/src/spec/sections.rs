@@ -281,6 +281,10 @@ pub struct EnsureSpec {
     /// The same cap for all lanes together, instead of `hold`: each lane holds this divided
     /// by the lanes (rounded up).
     pub hold_total: Option<usize>,
+    /// The most tokens held per lane: past it the oldest held piece goes out before its
+    /// turn (reported as `released_tokens`; nothing is dropped). Default 16 × `slack_tokens`
+    /// plus 4 rows.
+    pub max_held_tokens: Option<u64>,
 }
 
 impl EnsureSpec {

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::checkpoint::{Cursor, LaneState, Skips, SteerState, TailDropped};
+use crate::checkpoint::{Cursor, LaneState, Skips, TailDropped};
 use crate::error::{Error, OpError, record_error};
 use crate::plan::{Plan, apply_chain};
 use crate::source::WorkSource;
@@ -20,7 +20,7 @@ mod snapshot;
 mod steer;
 
 use steer::LaneSteer;
-pub(crate) use steer::SteeredChunk;
+pub(crate) use steer::{InputOutcome, ReadBudget, ReadyInput, SteeredUnit};
 
 /// What a worker produced for one unit of a lane's input, before ordering.
 pub(crate) enum UnitOutput {
@@ -38,6 +38,9 @@ pub(crate) enum UnitOutput {
         /// A failure at input `.0`: inputs before it are good, the lane stops there.
         failure: Option<(usize, Error)>,
     },
+    /// A steered lane's inputs, each read and through the stateless part (see
+    /// [`crate::Steering`]): they go to their datasets' queues until the closed loop takes them.
+    Inputs(Vec<ReadyInput>),
     /// The lane's input has ended.
     End,
     /// The work source failed for this lane.
@@ -137,6 +140,8 @@ pub(crate) struct LaneSetup {
     pub bad_limit: Arc<[u64]>,
     /// The run's work source and lane count, when it steers its lanes.
     pub steering: Option<(Arc<dyn WorkSource>, u32)>,
+    /// What a steered lane reads ahead.
+    pub read: ReadBudget,
 }
 
 impl LaneRun {
@@ -175,18 +180,15 @@ impl LaneRun {
             paused: None,
             skip_outputs: 0,
             unit_timed: 0,
-            steer: setup.steering.map(|(source, lanes)| {
-                let datasets = source.steering().map_or(0, |s| s.datasets());
-                LaneSteer { source, lanes, state: SteerState::start(datasets), chosen: Vec::new() }
-            }),
+            steer: setup.steering.map(|(source, lanes)| LaneSteer::new(source, lanes, setup.read)),
         }
     }
 
-    /// A new lane: a steered one chooses its first chunk.
+    /// A new lane: a steered one plans its first reads.
     pub fn start(setup: LaneSetup, next_step: u64) -> Self {
         let mut run = LaneRun::new(setup, next_step);
-        if run.steer.is_some() {
-            run.choose_next();
+        if let Err(e) = run.plan_reads() {
+            run.error = Some(e);
         }
         run
     }
@@ -196,19 +198,17 @@ impl LaneRun {
     pub fn resume(setup: LaneSetup, state: &LaneState, next_step: u64, pending: Vec<Record>) -> Result<Self, Error> {
         let mut run = LaneRun::new(setup, next_step);
         run.cursor = state.cursor;
-        match (&mut run.steer, &state.steer) {
-            (Some(s), Some(saved)) if saved.chunks.len() == s.state.chunks.len() => s.state = saved.clone(),
-            (None, None) => {}
-            _ => {
-                return Err(Error::Rebuild {
-                    lane: state.lane,
-                    lineage: "(lane state)".into(),
-                    message: "the state's steering does not fit the work source (steered or not, datasets)".into(),
-                });
-            }
-        }
-        if !state.finished {
-            run.rechoose_current();
+        let fits = match (&mut run.steer, &state.steer) {
+            (Some(s), Some(saved)) => s.restore(saved),
+            (None, None) => true,
+            _ => false,
+        };
+        if !fits {
+            return Err(Error::Rebuild {
+                lane: state.lane,
+                lineage: "(lane state)".into(),
+                message: "the state's steering does not fit the work source (steered or not, datasets)".into(),
+            });
         }
         run.skip_outputs = state.input_progress;
         run.skips = state.skips.clone();
@@ -233,6 +233,9 @@ impl LaneRun {
         }
         // Steps the pending rows fill are at the restored position, which may be inside an input.
         run.snapshot_unsnapped(run.cursor, run.skip_outputs);
+        if !run.finished {
+            run.plan_reads()?;
+        }
         Ok(run)
     }
 
@@ -285,28 +288,24 @@ impl LaneRun {
                 };
                 self.run_samples(unit, until);
             }
-            UnitOutput::End => {
-                if let Err(e) = self.finish_all() {
-                    self.error = Some(e);
-                    return;
-                }
-                self.finished = true;
-                self.finish_tail();
-                self.boundary();
-            }
+            UnitOutput::Inputs(inputs) => self.take_inputs(inputs, until),
+            UnitOutput::End => self.end_of_input(),
             UnitOutput::Failed(e) => self.error = Some(e),
         }
     }
 
-    /// Whether a unit is paused half-way (see [`LaneRun::accumulate`]).
+    /// Whether a unit (or a steered lane's input) is paused half-way (see
+    /// [`LaneRun::accumulate`]).
     pub fn is_paused(&self) -> bool {
-        self.paused.is_some()
+        self.paused.is_some() || self.steered_paused()
     }
 
     /// Continues a paused unit, up to step `until` again.
     pub fn continue_paused(&mut self, until: u64) {
         if let Some(unit) = self.paused.take() {
             self.run_samples(unit, until);
+        } else if self.steered_paused() {
+            self.run_steered(until);
         }
     }
 
@@ -346,11 +345,6 @@ impl LaneRun {
                 }
                 let Some(rec) = u.records.next() else { break };
                 u.done += 1;
-                if let Some(s) = self.steer.as_mut()
-                    && let Some(t) = s.state.delivered.get_mut(u.inputs[u.j].0 as usize)
-                {
-                    *t += rec.lineage().fragments().iter().map(|f| u64::from(f.len())).sum::<u64>();
-                }
                 if let Err(e) = self.push_stage(0, rec) {
                     self.error = Some(e);
                     return;
@@ -364,12 +358,6 @@ impl LaneRun {
             let next = u.start + u.j as u64 + 1;
             if next < u.chunk_len {
                 self.cursor = Cursor { chunk: u.chunk, offset: next };
-            } else if let Some(s) = self.steer.as_mut() {
-                // The chunk is pushed whole: what it delivered decides the next.
-                if let Some(d) = s.state.current {
-                    s.state.chunks[d as usize] = u.chunk + 1;
-                }
-                self.choose_next();
             } else {
                 self.cursor = Cursor { chunk: u.chunk + 1, offset: 0 };
             }

@@ -25,6 +25,7 @@ fn lane_snapshotting_every(every: u64) -> LaneRun {
             digests_by_workers: true,
             bad_limit: vec![1024].into(),
             steering: None,
+            read: ReadBudget { budget: 16, unit_cap: 16 },
         },
         0,
     )
