@@ -121,7 +121,8 @@ fn raw_tokenizer_rates(
     let tokenizer_path = spec.resolve(&t.tokenizer);
     let mut rates = Vec::new();
     for d in &spec.datasets {
-        let ds = zephon::io::open(&d.name, &spec.resolve(&d.path), &Default::default()).map_err(zephon::Error::from)?;
+        let ds =
+            zephon::io::open_layout(&d.name, &spec.layout(d)?, &Default::default()).map_err(zephon::Error::from)?;
         let datasets = zephon::lane_core::Datasets::new(vec![ds]);
         let m = &datasets.manifests()[0];
         let (rows, bytes) = (m.rows().max(1), m.bytes().max(1));

@@ -37,7 +37,7 @@ pub fn check_tokenizer(args: &CheckTokenizerArgs) -> Result<(), CliError> {
             fields: Fields { text: Some(field.clone()), ..Fields::default() },
             ..DatasetOptions::default()
         };
-        let ds = zephon::io::open(&d.name, &spec.resolve(&d.path), &options).map_err(zephon::Error::from)?;
+        let ds = zephon::io::open_layout(&d.name, &spec.layout(d)?, &options).map_err(zephon::Error::from)?;
         let manifest = ds.manifest();
         let total = manifest.rows().max(1);
         let every = (total / args.docs.max(1)).max(1);

@@ -695,7 +695,20 @@ fn a_hundred_sources_run_within_the_memory_they_state() {
     let spec = dir.path().join("spec.toml");
     std::fs::write(&spec, many.spec(16, 32).set("source", "chunk_tokens", 128u64).text()).unwrap();
     let report = dir.path().join("report.json");
-    let o = zephon(&["run", "--spec", spec.to_str().unwrap(), "--steps", "100", "--quiet", "--world-size", "1", "--rank", "0", "--report", report.to_str().unwrap()]);
+    let o = zephon(&[
+        "run",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--steps",
+        "100",
+        "--quiet",
+        "--world-size",
+        "1",
+        "--rank",
+        "0",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["steps"], 100);
@@ -706,7 +719,10 @@ fn a_hundred_sources_run_within_the_memory_they_state() {
     let allowed = (256 << 20) + positions * memory["lanes"].as_u64().unwrap() * 24;
     let rss = r["peak_rss_bytes"].as_u64().unwrap();
     assert!(rss <= allowed, "peak RSS {rss} bytes, the bound {allowed}");
-    assert!(r["notices"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("divided by that sum")), "{r}");
+    assert!(
+        r["notices"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("divided by that sum")),
+        "{r}"
+    );
     let explain = zephon(&["explain", "--spec", spec.to_str().unwrap(), "--world-size", "1", "--rank", "0"]);
     assert!(text(&explain).contains(&format!("per lane at most {positions} positions")), "{}", text(&explain));
 }

@@ -15,8 +15,12 @@ use zephon_operator::{Digest, Field, Lane, Permutation, Record, RngKey, SampleId
 /// One shard as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardManifest {
-    /// Where the shard is (a path, or a name for in-memory data).
+    /// Where the shard is (a path or URL, or a name for in-memory data).
     pub path: String,
+    /// Its name within its dataset: its path relative to the dataset's root (the file name
+    /// for a dataset of one file). Empty: the file name of `path`.
+    #[serde(default)]
+    pub name: String,
     /// Number of rows.
     pub rows: u64,
     /// Size in bytes (the file's, or the text's for in-memory data).
@@ -67,9 +71,14 @@ impl ShardManifest {
         self.path.rsplit(['/', '\\']).next().unwrap_or(&self.path)
     }
 
-    /// `file rows bytes version`, the shard's identity without its location.
+    /// Its name within its dataset ([`ShardManifest::name`], else the file name).
+    pub fn name(&self) -> &str {
+        if self.name.is_empty() { self.file_name() } else { &self.name }
+    }
+
+    /// `name rows bytes version`, the shard's identity without the folder its dataset is in.
     pub fn describe(&self) -> String {
-        format!("{} rows={} bytes={} {}", self.file_name(), self.rows, self.bytes, self.version)
+        format!("{} rows={} bytes={} {}", self.name(), self.rows, self.bytes, self.version)
     }
 }
 
@@ -288,6 +297,7 @@ impl MemoryDataset {
                     }
                     ShardManifest {
                         path: format!("memory:{name}/{i}"),
+                        name: String::new(),
                         rows: rows.len() as u64,
                         bytes,
                         version: h.finish().to_hex(),

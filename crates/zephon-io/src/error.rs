@@ -16,7 +16,10 @@ pub enum Error {
         message: String,
     },
     /// A folder with no shard files of a known format.
-    #[error("dataset {dataset}: {path}: no shard files (*.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet, *.tar)")]
+    #[error(
+        "dataset {dataset}: {path}: no shard files (*.jsonl, *.json, *.ndjson, plain or .gz / .zst; *.parquet; *.tar) \
+         in it or its subfolders"
+    )]
     NoShards {
         /// The dataset's name.
         dataset: String,
@@ -34,7 +37,10 @@ pub enum Error {
         second: PathBuf,
     },
     /// A file whose name says no format zephon reads.
-    #[error("dataset {dataset}: {path}: unknown format (expected .jsonl, .jsonl.gz, .jsonl.zst, .parquet or .tar)")]
+    #[error(
+        "dataset {dataset}: {path}: unknown format (expected .jsonl, .json or .ndjson, plain or .gz / .zst; .parquet; \
+         .tar)"
+    )]
     UnknownFormat {
         /// The dataset's name.
         dataset: String,
@@ -66,6 +72,15 @@ pub enum Error {
         found: String,
         /// What the field needs.
         expected: String,
+    },
+    /// Shards that cannot make one dataset as given: several splits without a choice, a file
+    /// named twice, a split no shard is of.
+    #[error("dataset {dataset}: {message}")]
+    Layout {
+        /// The dataset's name.
+        dataset: String,
+        /// What is wrong and what to change.
+        message: String,
     },
     /// Fields that cannot be read as configured (whatever the files hold).
     #[error("dataset {dataset}: {message}")]

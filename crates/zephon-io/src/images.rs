@@ -4,14 +4,13 @@
 //! this module turns them into attachments alike, so that a tokenizer sees the same thing
 //! whatever the format. Images stay encoded: decoding is the vision operators' business.
 
-use std::io::{self, Read};
-use std::path::Path;
+use std::io;
 use std::sync::Arc;
 
 use zephon_core::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
 use zephon_core::{Attachment, Buffer, Field, OpError, Record, Value};
 
-use crate::shard::open_regular;
+use crate::storage::Object;
 
 /// One image of a row: its encoded bytes and where it came from.
 pub(crate) struct Image {
@@ -54,22 +53,19 @@ pub(crate) enum ReadError {
     TooBig(u64),
 }
 
-/// Reads the image file at `path` whole. With `limit`, a file larger than `limit` bytes is
-/// refused before it is read (a row limit must not cost the memory it guards). Anything but
-/// a regular file is refused: a FIFO would block the reading thread forever.
-pub(crate) fn read_file(path: &Path, limit: Option<u64>) -> Result<Vec<u8>, ReadError> {
-    let (file, stat) = open_regular(path).map_err(ReadError::Io)?;
+/// Reads an image object whole, as opened (`object`). With `limit`, an object larger than
+/// `limit` bytes is refused before it is read (a row limit must not cost the memory it guards).
+/// A local file that is not a regular file was refused when opened: a FIFO would block the
+/// reading thread forever.
+pub(crate) fn read_object(object: io::Result<Arc<dyn Object>>, limit: Option<u64>) -> Result<Vec<u8>, ReadError> {
+    let object = object.map_err(ReadError::Io)?;
+    let size = object.size();
     if let Some(max) = limit
-        && stat.size > max
+        && size > max
     {
-        return Err(ReadError::TooBig(stat.size));
+        return Err(ReadError::TooBig(size));
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(stat.size).unwrap_or(0));
-    // The file may grow after the stat; never read more than the limit allows.
-    let cap = limit.map_or(u64::MAX, |max| max.saturating_add(1));
-    file.take(cap).read_to_end(&mut bytes).map_err(ReadError::Io)?;
-    match limit {
-        Some(max) if bytes.len() as u64 > max => Err(ReadError::TooBig(bytes.len() as u64)),
-        _ => Ok(bytes),
-    }
+    let mut bytes = vec![0u8; usize::try_from(size).map_err(|_| ReadError::TooBig(size))?];
+    object.read_exact_at(&mut bytes, 0).map_err(ReadError::Io)?;
+    Ok(bytes)
 }

@@ -19,6 +19,12 @@
 //! on another, however small the edit. The hash is computed once per file version (path,
 //! size, mtime, ctime, inode) and cached, like the JSONL indexes it keys.
 //!
+//! **One storage seam.** No reader opens a file by itself: shards and image files are
+//! [`storage::Object`]s found in a [`storage::Store`] (the local disk, memory, and object
+//! stores the same way), and caches are keyed by an object's version identity, never by a
+//! local path. A dataset is a [`Layout`]: files, folders (recursive), globs or a list of them,
+//! in the order of their paths relative to their roots, of one [`Split`] when asked.
+//!
 //! What this crate is not: it decides no order (that is `zephon-mix`), tokenizes nothing, and
 //! never panics on a malformed row. A bad row is an [`OpError::Data`] naming the file, the
 //! field, the image path or the tar member as the user wrote it; the engine adds dataset,
@@ -39,11 +45,13 @@ mod error;
 mod fields;
 mod images;
 mod jsonl;
+mod layout;
 #[cfg(feature = "parquet")]
 mod parquet;
 #[cfg(feature = "parquet")]
 mod parquet_images;
 mod shard;
+pub mod storage;
 mod webdataset;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +60,7 @@ use std::sync::Arc;
 pub use error::{Error, Result};
 pub use fields::Fields;
 pub use jsonl::JsonlDataset;
+pub use layout::{Found, Glob, Layout, Location, ShardRef, Split};
 #[cfg(feature = "parquet")]
 pub use parquet::ParquetDataset;
 pub use webdataset::{KEY_FIELD, TarDataset};
@@ -92,7 +101,17 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format a file name says, if any.
+    /// Its name: `jsonl`, `parquet` or `tar`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Jsonl => "jsonl",
+            Format::Parquet => "parquet",
+            Format::Tar => "tar",
+        }
+    }
+
+    /// The format a file name says, if any: `.parquet`, `.tar`, and JSON Lines as `.jsonl`,
+    /// `.ndjson` or `.json`, each plain or `.gz` / `.zst`.
     pub fn of(path: &Path) -> Option<Format> {
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet")) {
             Some(Format::Parquet)
@@ -106,59 +125,41 @@ impl Format {
     }
 }
 
-/// The shard files of `path`: the file itself, or a folder's files of known formats sorted by
-/// name (hidden files ignored; a folder of `.tar` files is a WebDataset). All must share one
-/// format.
-pub fn shard_paths(name: &str, path: &Path) -> Result<(Format, Vec<PathBuf>)> {
-    let open_err = |m: String| Error::Open { dataset: name.to_string(), path: path.to_path_buf(), message: m };
-    let meta = std::fs::metadata(path).map_err(|e| open_err(e.to_string()))?;
-    let files: Vec<PathBuf> = if meta.is_dir() {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| open_err(e.to_string()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && Format::of(p).is_some())
-            .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
-            .collect();
-        v.sort();
-        if v.is_empty() {
-            return Err(Error::NoShards { dataset: name.to_string(), path: path.to_path_buf() });
-        }
-        v
-    } else {
-        vec![path.to_path_buf()]
-    };
-    let first = Format::of(&files[0])
-        .ok_or_else(|| Error::UnknownFormat { dataset: name.to_string(), path: files[0].clone() })?;
-    if let Some(other) = files.iter().find(|p| Format::of(p) != Some(first)) {
-        return Err(Error::MixedFormats { dataset: name.to_string(), first: files[0].clone(), second: other.clone() });
-    }
-    Ok((first, files))
-}
-
-/// Opens the dataset at `path` (a shard file or a folder of shards), detecting the format.
+/// Opens the dataset at `path`: a shard file, a folder of shards (recursively), or a glob
+/// (see [`Location::local`]), detecting the format.
 pub fn open(name: &str, path: &Path, options: &DatasetOptions) -> Result<Arc<dyn Dataset>> {
-    let (format, files) = shard_paths(name, path)?;
-    open_shards(name, format, &files, options)
+    let location = Location::local(name, &path.to_string_lossy())?;
+    open_layout(name, &Layout::resolve(name, &[location], None)?, options)
 }
 
-/// Opens an explicit list of shard files of one format, in the given order. A missing file
-/// is an error naming it.
+/// Opens the shards of `layout`, in its order.
+pub fn open_layout(name: &str, layout: &Layout, options: &DatasetOptions) -> Result<Arc<dyn Dataset>> {
+    open_refs(name, layout.format, &layout.shards, options)
+}
+
+/// Opens an explicit list of local shard files of one format, in the given order. A missing
+/// file is an error naming it.
 pub fn open_shards(
     name: &str,
     format: Format,
     files: &[PathBuf],
     options: &DatasetOptions,
 ) -> Result<Arc<dyn Dataset>> {
+    let refs: Vec<ShardRef> = files.iter().map(|f| ShardRef::local(f)).collect();
+    open_refs(name, format, &refs, options)
+}
+
+fn open_refs(name: &str, format: Format, shards: &[ShardRef], options: &DatasetOptions) -> Result<Arc<dyn Dataset>> {
     Ok(match format {
-        Format::Jsonl => Arc::new(JsonlDataset::open(name, files, options)?),
-        Format::Tar => Arc::new(TarDataset::open(name, files, options)?),
+        Format::Jsonl => Arc::new(JsonlDataset::open(name, shards, options)?),
+        Format::Tar => Arc::new(TarDataset::open(name, shards, options)?),
         #[cfg(feature = "parquet")]
-        Format::Parquet => Arc::new(ParquetDataset::open(name, files, options)?),
+        Format::Parquet => Arc::new(ParquetDataset::open(name, shards, options)?),
         #[cfg(not(feature = "parquet"))]
         Format::Parquet => {
             return Err(Error::Open {
                 dataset: name.to_string(),
-                path: files.first().cloned().unwrap_or_default(),
+                path: shards.first().map(|s| PathBuf::from(s.location())).unwrap_or_default(),
                 message: "this build of zephon-io has no `parquet` feature".into(),
             });
         }

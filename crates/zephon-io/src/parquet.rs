@@ -6,7 +6,6 @@
 //! within few row groups (block shuffles) then read at row-group speed.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -25,10 +24,12 @@ use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, Sh
 
 use crate::fields::{Cell, Fields};
 use crate::images::ImageHandles;
+use crate::layout::ShardRef;
 use crate::parquet_images;
 use crate::shard::{
-    CONTENT_DIR, content_hash, default_cache_dir, manifest_entry, map_parallel, open_regular, remove_stale_temporaries,
+    CONTENT_DIR, content_hash, default_cache_dir, manifest_entry, map_parallel, remove_stale_temporaries,
 };
+use crate::storage::{Object, ObjectReader};
 use crate::{DatasetOptions, Error};
 
 /// Decoded row groups kept per dataset, by bytes.
@@ -51,32 +52,32 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     })
 }
 
-/// A shard file read with positioned reads. `ChunkReader for File` seeks a duplicated
+/// A shard object read with positioned reads. `ChunkReader for File` seeks a duplicated
 /// descriptor, and duplicates share one file offset, so two threads decoding row groups of one
 /// shard would read each other's bytes. Positioned reads have no offset to share.
 #[derive(Clone)]
 struct PreadFile {
-    file: Arc<fs::File>,
-    len: u64,
+    object: Arc<dyn Object>,
 }
 
+/// A reader from a position of the object, owning its handle (the parquet crate keeps it).
 struct PreadReader {
-    file: Arc<fs::File>,
+    object: Arc<dyn Object>,
     pos: u64,
 }
 
 impl std::io::Read for PreadReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let n = self.file.read_at(buf, self.pos)?;
-        self.pos += n as u64;
+        let mut at = ObjectReader::new(self.object.as_ref(), self.pos);
+        let n = std::io::Read::read(&mut at, buf)?;
+        self.pos = at.pos;
         Ok(n)
     }
 }
 
 impl Length for PreadFile {
     fn len(&self) -> u64 {
-        self.len
+        self.object.size()
     }
 }
 
@@ -84,19 +85,19 @@ impl ChunkReader for PreadFile {
     type T = std::io::BufReader<PreadReader>;
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        Ok(std::io::BufReader::new(PreadReader { file: self.file.clone(), pos: start }))
+        Ok(std::io::BufReader::new(PreadReader { object: self.object.clone(), pos: start }))
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
-        use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; length];
-        self.file.read_exact_at(&mut buf, start)?;
+        self.object.read_exact_at(&mut buf, start)?;
         Ok(buf.into())
     }
 }
 
 struct Shard {
-    path: PathBuf,
+    /// Where it is, for messages.
+    path: String,
     file: PreadFile,
     meta: ArrowReaderMetadata,
     mask: ProjectionMask,
@@ -179,16 +180,16 @@ impl RowGroupCache {
 }
 
 impl ParquetDataset {
-    /// Opens `paths` as the dataset's shards, checking that every requested column exists and
-    /// has a type zephon reads (the text field: a string type; the images column: see
-    /// [`Fields::images`]). Each shard is hashed once per file version (cached under
+    /// Opens `shards` as the dataset's shards, checking that every requested column exists
+    /// and has a type zephon reads (the text field: a string type; the images column: see
+    /// [`Fields::images`]). Each shard is hashed once per object version (cached under
     /// `options.cache_dir`); several shards open at a time.
-    pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> crate::Result<Self> {
+    pub fn open(name: &str, shards: &[ShardRef], options: &DatasetOptions) -> crate::Result<Self> {
         options.fields.check(name)?;
         let cache = options.cache_dir.clone().unwrap_or_else(default_cache_dir);
         remove_stale_temporaries(&[cache.join(CONTENT_DIR)]);
         let fields = &options.fields;
-        let opened = map_parallel(paths.len(), |i| open_shard(name, &paths[i], fields, &cache))?;
+        let opened = map_parallel(shards.len(), |i| open_shard(name, &shards[i], fields, &cache))?;
         let (shards, entries): (Vec<Shard>, Vec<ShardManifest>) = opened.into_iter().unzip();
         Ok(ParquetDataset {
             manifest: DatasetManifest { name: name.to_string(), shards: entries },
@@ -221,7 +222,7 @@ impl ParquetDataset {
     fn row_group(&self, s: u32, rg: usize) -> Result<Decoded, OpError> {
         let key = (s, rg);
         let shard = &self.shards[s as usize];
-        let fail = |e: String| OpError::Fatal(format!("{}: row group {rg}: {e}", shard.path.display()));
+        let fail = |e: String| OpError::Fatal(format!("{}: row group {rg}: {e}", shard.path));
         let decoding = {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(hit) = cache.get(key) {
@@ -268,7 +269,7 @@ impl ParquetDataset {
             self.shards.get(id.shard as usize).ok_or_else(|| OpError::Fatal(format!("no shard {}", id.shard)))?;
         let total = shard.rg_starts.last().copied().unwrap_or(0);
         if id.row >= total {
-            return Err(OpError::Fatal(format!("{}: no row {} (the shard has {total})", shard.path.display(), id.row)));
+            return Err(OpError::Fatal(format!("{}: no row {} (the shard has {total})", shard.path, id.row)));
         }
         let rg = shard.rg_starts.partition_point(|&s| s <= id.row) - 1;
         let batches = self.row_group(id.shard, rg)?;
@@ -282,27 +283,20 @@ impl ParquetDataset {
                 }
                 hit
             })
-            .ok_or_else(|| OpError::Fatal(format!("{}: row group {rg} decoded short", shard.path.display())))?;
+            .ok_or_else(|| OpError::Fatal(format!("{}: row group {rg} decoded short", shard.path)))?;
         let mut cells = Vec::with_capacity(self.handles.len());
         let json_from = self.fields.json_from();
         for (k, name) in self.handles.iter().enumerate() {
             // Every requested column was checked to exist at open and is in the projection.
             let col = batch.column_by_name(name.as_str()).ok_or_else(|| {
-                OpError::Fatal(format!(
-                    "{}: column {:?} missing from the decoded row group",
-                    shard.path.display(),
-                    name
-                ))
+                OpError::Fatal(format!("{}: column {:?} missing from the decoded row group", shard.path, name))
             })?;
             cells.push(if k >= json_from { json_at(col.as_ref(), local) } else { value_at(col.as_ref(), local) });
         }
         let found = match &self.images {
             Some((column, _)) => {
                 let col = batch.column_by_name(column).ok_or_else(|| {
-                    OpError::Fatal(format!(
-                        "{}: column {column:?} missing from the decoded row group",
-                        shard.path.display()
-                    ))
+                    OpError::Fatal(format!("{}: column {column:?} missing from the decoded row group", shard.path))
                 })?;
                 parquet_images::images_at(col.as_ref(), local, column)?
             }
@@ -323,15 +317,18 @@ impl ParquetDataset {
 }
 
 /// Opens one shard: checks its schema against `fields` and hashes it.
-fn open_shard(name: &str, path: &Path, fields: &Fields, cache: &Path) -> crate::Result<(Shard, ShardManifest)> {
+fn open_shard(name: &str, shard: &ShardRef, fields: &Fields, cache: &Path) -> crate::Result<(Shard, ShardManifest)> {
+    let location = shard.location();
+    let path = PathBuf::from(&location);
+    let path = path.as_path();
     let fail = |message: String| Error::Open { dataset: name.to_string(), path: path.to_path_buf(), message };
-    let (handle, stat) = open_regular(path).map_err(|e| fail(e.to_string()))?;
-    let hashed =
-        content_hash(&handle, path, &stat, cache, &mut |_| {}).map_err(|e| fail(format!("cannot read: {e}")))?;
-    let file = PreadFile { file: Arc::new(handle), len: stat.size };
+    let object = shard.open().map_err(|e| fail(e.to_string()))?;
+    let hashed = content_hash(object.as_ref(), cache, &mut |_| {}).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let size = object.size();
+    let file = PreadFile { object: object.clone() };
     let meta = guarded(|| ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).map_err(|e| e.to_string()))
         .map_err(|e| fail(format!("not a readable Parquet file (truncated or corrupt?): {e}")))?;
-    let rg_starts = check_layout(meta.metadata(), stat.size)
+    let rg_starts = check_layout(meta.metadata(), size)
         .map_err(|e| fail(format!("not a readable Parquet file (corrupt metadata): {e}")))?;
     let schema = meta.schema().clone();
     let mut roots = Vec::new();
@@ -380,8 +377,8 @@ fn open_shard(name: &str, path: &Path, fields: &Fields, cache: &Path) -> crate::
             ProjectionMask::leaves(descr, leaves)
         }
     };
-    let entry = manifest_entry(path, rg_starts.last().copied().unwrap_or(0), &stat, hashed.hash);
-    Ok((Shard { path: path.to_path_buf(), file, meta, mask, rg_starts }, entry))
+    let entry = manifest_entry(shard, object.as_ref(), rg_starts.last().copied().unwrap_or(0), hashed.hash);
+    Ok((Shard { path: location.clone(), file, meta, mask, rg_starts }, entry))
 }
 
 /// The first row of each row group plus the total, after checking that the footer describes

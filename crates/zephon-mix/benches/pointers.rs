@@ -19,6 +19,7 @@ fn manifest(name: &str, shards: &[u64]) -> DatasetManifest {
             .enumerate()
             .map(|(i, &rows)| ShardManifest {
                 path: format!("{name}/{i}"),
+                name: String::new(),
                 rows,
                 bytes: rows * 500,
                 version: "1".into(),

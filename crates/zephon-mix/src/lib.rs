@@ -26,7 +26,7 @@
 //!
 //! let ds = |name: &str, rows| DatasetManifest {
 //!     name: name.into(),
-//!     shards: vec![ShardManifest { path: name.into(), rows, bytes: rows * 100, version: "v1".into() }],
+//!     shards: vec![ShardManifest { path: name.into(), name: String::new(), rows, bytes: rows * 100, version: "v1".into() }],
 //! };
 //! let config = SourceOptions { seed: 7, chunk_size: 64, exhaustion: Exhaustion::Redistribute, ..Default::default() };
 //! let source = MixtureSource::new(&[ds("a", 1000), ds("b", 300)], &[0.7, 0.3], config).unwrap();

@@ -74,7 +74,13 @@ mod tests {
             shards: shards
                 .iter()
                 .enumerate()
-                .map(|(i, &rows)| ShardManifest { path: format!("{name}{i}"), rows, bytes: rows, version: "v".into() })
+                .map(|(i, &rows)| ShardManifest {
+                    path: format!("{name}{i}"),
+                    name: String::new(),
+                    rows,
+                    bytes: rows,
+                    version: "v".into(),
+                })
                 .collect(),
         }
     }

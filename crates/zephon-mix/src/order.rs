@@ -143,7 +143,13 @@ mod tests {
             shards: rows
                 .iter()
                 .enumerate()
-                .map(|(i, &r)| ShardManifest { path: format!("s{i}"), rows: r, bytes: r, version: String::new() })
+                .map(|(i, &r)| ShardManifest {
+                    path: format!("s{i}"),
+                    name: String::new(),
+                    rows: r,
+                    bytes: r,
+                    version: String::new(),
+                })
                 .collect(),
         }
     }

@@ -259,7 +259,13 @@ mod tests {
     fn ds(name: &str, rows: u64) -> DatasetManifest {
         DatasetManifest {
             name: name.into(),
-            shards: vec![ShardManifest { path: name.into(), rows, bytes: rows * 100, version: "v1".into() }],
+            shards: vec![ShardManifest {
+                path: name.into(),
+                name: String::new(),
+                rows,
+                bytes: rows * 100,
+                version: "v1".into(),
+            }],
         }
     }
 

@@ -22,6 +22,8 @@ pub(crate) struct Assembled {
     pub records: Option<u64>,
     /// What the run does with the settings as given that a user should know.
     pub notices: Vec<String>,
+    /// Per dataset, what was found where (a line a location).
+    pub layouts: Vec<Vec<String>>,
 }
 
 impl Assembled {
@@ -50,6 +52,8 @@ impl Assembled {
                     self.weights[i] / sum
                 ),
             );
+            let files = self.layouts.get(i).into_iter().flatten().map(|l| PlanNode::new("files", l.clone()));
+            let node = node.with_all(files);
             match self.estimates.as_ref().and_then(|e| e.get(i)) {
                 Some(e) => node.with(PlanNode::new(
                     "estimate",

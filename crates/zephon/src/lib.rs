@@ -66,7 +66,7 @@ pub use zephon_core::{
 };
 #[doc(inline)]
 pub use zephon_io as io;
-pub use zephon_io::Fields;
+pub use zephon_io::{Fields, Split};
 #[doc(inline)]
 pub use zephon_mix as mix;
 pub use zephon_mix::{Balance, EnsureMixture, EstimateOptions, Exhaustion, Order, RowOrder, Shuffle, TokenEstimate};

@@ -365,6 +365,13 @@ impl Loader {
         self.assembled.spec.datasets.names()
     }
 
+    /// Shard names of dataset `d` (their paths relative to the dataset's root), by shard
+    /// index: the order the dataset is read in.
+    pub fn shard_names(&self, d: usize) -> Vec<String> {
+        let manifests = self.assembled.spec.datasets.manifests();
+        manifests.get(d).map_or(Vec::new(), |m| m.shards.iter().map(|s| s.name().to_string()).collect())
+    }
+
     /// Shard paths of dataset `d`, by shard index.
     pub fn shard_paths(&self, d: usize) -> Vec<String> {
         self.assembled

@@ -31,8 +31,13 @@ impl MemoryBound {
         let ops = operators.operators();
         let packer = ops.iter().rposition(|op| op.offer().row_length.is_some());
         let row_length = packer.and_then(|i| ops[i].offer().row_length).unwrap_or(0) as u64;
-        let rows_per_lane =
-            topology.rows_per_step().segments().iter().map(|&(_, g)| u64::from(g / topology.lanes())).max().unwrap_or(0);
+        let rows_per_lane = topology
+            .rows_per_step()
+            .segments()
+            .iter()
+            .map(|&(_, g)| u64::from(g / topology.lanes()))
+            .max()
+            .unwrap_or(0);
         let owned = topology.owned_range().len();
         let mut bound = MemoryBound {
             rows_ahead: (exec.prefetch_steps + 2) * rows_per_lane * row_length,
@@ -76,7 +81,7 @@ impl MemoryBound {
             parts.join(", "),
             self.lanes,
             self.positions_per_lane() * u64::from(self.lanes),
-            self.positions_per_lane() * u64::from(self.lanes) * 24 >> 20
+            (self.positions_per_lane() * u64::from(self.lanes) * 24) >> 20
         );
         if self.buffered_records > 0 {
             out.push_str(&format!("; plus {} records per lane held before the packer", self.buffered_records));

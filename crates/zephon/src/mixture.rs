@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use zephon_core::ShareSchedule;
-use zephon_io::{DatasetOptions, Fields};
+use zephon_io::{DatasetOptions, Fields, Layout, Location, Split};
 use zephon_mix::{Balance, EstimateOptions, Exhaustion, Order, SourceOptions};
 
 /// How far token shares may sum from 1: shares written with a few decimals (six over a hundred
@@ -31,25 +31,54 @@ pub enum Amount {
     Weight(f64),
 }
 
-/// One dataset of a mixture: a shard file or folder, with its amount and fields.
+/// One dataset of a mixture: where its shards are, with its amount and fields.
 #[derive(Clone, Debug)]
 pub struct Dataset {
     pub(crate) name: String,
-    pub(crate) path: PathBuf,
+    pub(crate) paths: Vec<PathBuf>,
+    pub(crate) split: Option<Split>,
     pub(crate) amount: Amount,
     pub(crate) options: DatasetOptions,
 }
 
 impl Dataset {
-    /// The dataset `name` at `path` (a `.jsonl[.gz|.zst]`/`.parquet` file or a folder of them),
-    /// weight 1 on samples until set.
+    /// The dataset `name` at `path`: a shard file (`.jsonl`, `.json`, `.ndjson`, plain or
+    /// `.gz` / `.zst`; `.parquet`; `.tar`), a folder of them (its subfolders too), or a glob
+    /// (`data/CC-MAIN-*/*.parquet`, `**/*.jsonl.zst`); weight 1 on samples until set.
     pub fn new(name: &str, path: impl Into<PathBuf>) -> Self {
         Dataset {
             name: name.to_string(),
-            path: path.into(),
+            paths: vec![path.into()],
+            split: None,
             amount: Amount::Weight(1.0),
             options: DatasetOptions::default(),
         }
+    }
+
+    /// Another place its shards are (a file, folder or glob), read after those before.
+    #[must_use]
+    pub fn also(mut self, path: impl Into<PathBuf>) -> Self {
+        self.paths.push(path.into());
+        self
+    }
+
+    /// Only its shards of `split` (`train`, `validation`, `test`, as Hugging Face names its
+    /// files and folders). Without it, shards of several splits are refused.
+    #[must_use]
+    pub fn split(mut self, split: Split) -> Self {
+        self.split = Some(split);
+        self
+    }
+
+    /// Finds its shards and opens them; what was found where, for `explain`.
+    pub(crate) fn open(&self) -> Result<(std::sync::Arc<dyn zephon_core::Dataset>, Vec<String>), zephon_io::Error> {
+        let locations = self
+            .paths
+            .iter()
+            .map(|p| Location::local(&self.name, &p.to_string_lossy()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let layout = Layout::resolve(&self.name, &locations, self.split)?;
+        Ok((zephon_io::open_layout(&self.name, &layout, &self.options)?, layout.describe()))
     }
 
     /// Its share of the tokens.
@@ -297,7 +326,10 @@ impl Mixture {
     pub(crate) fn notices(&self) -> Vec<String> {
         let Some(first) = self.token_shares() else { return Vec::new() };
         let later = self.later_shares.iter().map(|(step, named)| (*step, named.iter().map(|(_, x)| *x).sum::<f64>()));
-        std::iter::once((0, first.iter().sum::<f64>())).chain(later).filter_map(|(step, sum)| share_sum_notice(step, sum)).collect()
+        std::iter::once((0, first.iter().sum::<f64>()))
+            .chain(later)
+            .filter_map(|(step, sum)| share_sum_notice(step, sum))
+            .collect()
     }
 
     /// Checks the later segments of the share schedule: steps after 0 and increasing, every

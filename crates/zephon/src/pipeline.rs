@@ -15,7 +15,7 @@ use zephon_pack::Pack;
 use crate::assembled::Assembled;
 use crate::error::{Error, Result};
 use crate::loader::Loader;
-use crate::mixture::{Amount, Mixture};
+use crate::mixture::{Amount, Dataset, Mixture};
 
 /// A pipeline under construction: what to train on (a [`Mixture`]) and how stored samples
 /// become rows (operators, in order). `build` opens the data and starts the engine for one
@@ -255,11 +255,8 @@ impl Pipeline {
         // Assembled first: a pipeline in the wrong order is refused before data is opened or
         // measured.
         let operators = self.operators(shares.as_deref())?;
-        let opened = m
-            .datasets
-            .iter()
-            .map(|d| zephon_io::open(&d.name, &d.path, &d.options))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let (opened, layouts): (Vec<_>, Vec<_>) =
+            m.datasets.iter().map(Dataset::open).collect::<std::result::Result<Vec<_>, _>>()?.into_iter().unzip();
         let datasets = Datasets::new(opened);
         let mut config = m.config;
         config.seed = m.seed.unwrap_or(self.seed);
@@ -342,7 +339,17 @@ impl Pipeline {
             token_estimates: estimates.clone().unwrap_or_default(),
         };
         let notices = m.notices();
-        Ok(Assembled { spec, estimates, weights, shares: schedule, ensure_stage, chat_stage, records, notices })
+        Ok(Assembled {
+            spec,
+            estimates,
+            weights,
+            shares: schedule,
+            ensure_stage,
+            chat_stage,
+            records,
+            notices,
+            layouts,
+        })
     }
 
     /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the

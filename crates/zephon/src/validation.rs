@@ -116,6 +116,16 @@ impl ValidationLoader {
         self.steps
     }
 
+    /// The records of the pass (every record of its datasets once).
+    pub fn records(&self) -> u64 {
+        self.loader.records().unwrap_or(0)
+    }
+
+    /// Shard names of dataset `d`, in the order they are read (see [`Loader::shard_names`]).
+    pub fn shard_names(&self, d: usize) -> Vec<String> {
+        self.loader.shard_names(d)
+    }
+
     /// The step the next call delivers.
     pub fn position(&self) -> u64 {
         self.position

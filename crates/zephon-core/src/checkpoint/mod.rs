@@ -143,8 +143,8 @@ impl SteerState {
             self.exhausted.len(),
             self.segment_base.len(),
         ]
-            .iter()
-            .all(|&n| n == datasets)
+        .iter()
+        .all(|&n| n == datasets)
     }
 
     /// Per dataset, what the lane delivered since its share segment took effect, into `out`.

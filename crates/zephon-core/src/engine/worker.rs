@@ -77,7 +77,12 @@ impl Shared {
 
     /// A steered lane's inputs, each read and through the parallel maps on its own: a failure
     /// stops the lane only when its closed loop reaches that input, so the others go on.
-    fn process_inputs(&self, ids: &[zephon_operator::SampleId], timed: u64, lane: zephon_operator::Lane) -> Vec<ReadyInput> {
+    fn process_inputs(
+        &self,
+        ids: &[zephon_operator::SampleId],
+        timed: u64,
+        lane: zephon_operator::Lane,
+    ) -> Vec<ReadyInput> {
         let t = (timed > 0).then(std::time::Instant::now);
         let reads = self.datasets.read(ids);
         if let Some(t) = t {

@@ -4,10 +4,10 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::shard::{HashingReader, write_atomic};
+use crate::storage::Object;
 
 /// The index file's format, changed with what an index means: keyed by the full content hash;
 /// a leading byte-order mark is not part of row 0.
@@ -27,17 +27,26 @@ pub(crate) enum Compression {
 }
 
 impl Compression {
+    /// By file name: `.jsonl`, `.ndjson` and `.json` (which C4, Dolma and most exports use
+    /// for one object per line), plain or `.gz` / `.zst`.
     pub(crate) fn of(path: &Path) -> Option<Compression> {
         let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
-        if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
-            Some(Compression::None)
-        } else if name.ends_with(".jsonl.gz") || name.ends_with(".ndjson.gz") {
-            Some(Compression::Gzip)
-        } else if name.ends_with(".jsonl.zst") || name.ends_with(".ndjson.zst") {
-            Some(Compression::Zstd)
+        let (stem, c) = if let Some(stem) = name.strip_suffix(".gz") {
+            (stem, Compression::Gzip)
+        } else if let Some(stem) = name.strip_suffix(".zst") {
+            (stem, Compression::Zstd)
         } else {
-            None
-        }
+            (name.as_str(), Compression::None)
+        };
+        [".jsonl", ".ndjson", ".json"].iter().any(|ext| stem.ends_with(ext)).then_some(c)
+    }
+
+    /// Whether the file name says `.json` rather than `.jsonl`: such a file may hold one JSON
+    /// document (an array) instead of one object per line.
+    pub(crate) fn says_json(path: &Path) -> bool {
+        let name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+        let stem = name.strip_suffix(".gz").or_else(|| name.strip_suffix(".zst")).unwrap_or(&name);
+        stem.ends_with(".json")
     }
 
     /// In cache file names: a plain file whose bytes happen to be some `.gz` file's bytes has
@@ -55,7 +64,7 @@ impl Compression {
 /// compressed bytes are hashed as they are consumed: a copy is kept only if they are the
 /// content `hash` names, so a shard rewritten while it was opened cannot leave a copy of one
 /// version under the name of another.
-pub(super) fn decompress(file: &fs::File, c: Compression, hash: &str, target: &Path) -> io::Result<(Vec<u64>, u64)> {
+pub(super) fn decompress(file: &dyn Object, c: Compression, hash: &str, target: &Path) -> io::Result<(Vec<u64>, u64)> {
     let mut source = HashingReader::new(file);
     let mut indexer = Indexer::default();
     write_atomic(target, |out| {
@@ -88,7 +97,7 @@ pub(super) fn decompress(file: &fs::File, c: Compression, hash: &str, target: &P
 }
 
 /// Indexes `file` with one sequential pass.
-pub(super) fn index_file(file: &fs::File) -> io::Result<(Vec<u64>, u64)> {
+pub(super) fn index_file(file: &dyn Object) -> io::Result<(Vec<u64>, u64)> {
     let mut indexer = Indexer::default();
     let mut buf = vec![0u8; CHUNK];
     loop {

@@ -9,17 +9,17 @@
 //! Images (LLaVA / OBELICS style) are paths in a field, relative to the shard's folder; each
 //! file is read whole when its row is read, on the engine's worker thread.
 
-use std::fs;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest};
 
 use crate::fields::Fields;
 use crate::images::{self, Image, ImageHandles, ReadError};
-use crate::shard::{CONTENT_DIR, content_hash, hash_hex, manifest_entry, open_regular, open_shards};
+use crate::layout::ShardRef;
+use crate::shard::{CONTENT_DIR, content_hash, hash_hex, manifest_entry, open_shards};
+use crate::storage::{LocalObject, Object};
 use crate::{DatasetOptions, Result};
 
 mod index;
@@ -76,14 +76,12 @@ fn hold_within(shards: &mut [Shard], budget: u64) -> u64 {
 const CACHE_DIRS: [&str; 3] = [CONTENT_DIR, "jsonl", "jsonl-index"];
 
 struct Shard {
-    /// The shard as given (possibly compressed): for messages.
-    source: PathBuf,
-    /// The folder relative image paths start from: the shard's own, made absolute so that a
-    /// message names the file that was looked for.
-    dir: PathBuf,
-    /// What is read: the shard itself (the very file that was hashed), or its decompressed
+    /// The shard as given (possibly compressed): for messages, and for image paths relative
+    /// to its folder.
+    source: ShardRef,
+    /// What is read: the shard itself (the very object that was hashed), or its decompressed
     /// copy in the cache.
-    file: fs::File,
+    file: Arc<dyn Object>,
     /// Byte offset where each row starts; a row ends where the next starts (or at `end`).
     starts: Vec<u64>,
     end: u64,
@@ -107,7 +105,7 @@ impl Shard {
             self.file.read_exact_at(&mut all, 0).map(|()| all.into_boxed_slice()).map_err(|e| {
                 format!(
                     "{}: cannot read its {} bytes ({e}); did the file change since it was opened?",
-                    self.source.display(),
+                    self.source.location(),
                     self.end
                 )
             })
@@ -135,11 +133,11 @@ impl Drop for JsonlDataset {
 }
 
 impl JsonlDataset {
-    /// Opens `paths` as the dataset's shards, in order, hashing each one (once per file
+    /// Opens `shards` as the dataset's shards, in order, hashing each one (once per object
     /// version, cached) and building or loading its index, several shards at a time.
-    pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> Result<Self> {
+    pub fn open(name: &str, shards: &[ShardRef], options: &DatasetOptions) -> Result<Self> {
         options.fields.check(name)?;
-        let (mut shards, entries) = open_shards(name, paths, options, &CACHE_DIRS, open_shard)?;
+        let (mut shards, entries) = open_shards(name, shards, options, &CACHE_DIRS, open_shard)?;
         let default_held = match options.jsonl_held_bytes {
             Some(budget) => {
                 hold_within(&mut shards, budget as u64);
@@ -174,23 +172,23 @@ impl JsonlDataset {
             self.shards.get(id.shard as usize).ok_or_else(|| OpError::Fatal(format!("no shard {}", id.shard)))?;
         let i = id.row as usize;
         let (start, end) = shard.row_span(i).ok_or_else(|| {
-            OpError::Fatal(format!("{}: no row {} (the shard has {})", shard.source.display(), i, shard.starts.len()))
+            OpError::Fatal(format!("{}: no row {} (the shard has {})", shard.source.location(), i, shard.starts.len()))
         })?;
         // Indexes are checked when loaded, so this only guards against a bug.
         let len = end.checked_sub(start).ok_or_else(|| {
-            OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.display()))
+            OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.location()))
         })? as usize;
         self.fields.check_size(len)?;
         let bytes: &[u8] = match shard.held_bytes() {
             Some(all) => all?.get(start as usize..end as usize).ok_or_else(|| {
-                OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.display()))
+                OpError::Fatal(format!("{}: the index of this shard is corrupt (row {i})", shard.source.location()))
             })?,
             None => {
                 buf.resize(len, 0);
                 shard.file.read_exact_at(buf, start).map_err(|e| {
                     OpError::Fatal(format!(
                         "{}: cannot read bytes {start}..{end} ({e}); did the file change since it was opened?",
-                        shard.source.display()
+                        shard.source.location()
                     ))
                 })?;
                 buf
@@ -198,7 +196,7 @@ impl JsonlDataset {
         };
         let images_field = self.images.as_ref().map(|(f, _)| f);
         let row = parse_row(bytes, &self.handles, self.fields.json_from(), images_field)
-            .map_err(|e| OpError::Data(format!("{}: invalid JSON: {e}", shard.source.display())))?;
+            .map_err(|e| OpError::Data(format!("{}: invalid JSON: {e}", shard.source.location())))?;
         if let Some(d) = row.duplicate {
             let name = self.handles.get(d).or(images_field).map_or("", Field::as_str);
             return Err(OpError::Data(format!(
@@ -253,19 +251,18 @@ impl JsonlDataset {
         let mut total = row_bytes as u64;
         let mut found = Vec::with_capacity(paths.len());
         for (k, written) in paths.into_iter().enumerate() {
-            let resolved = shard.dir.join(&written);
+            let (resolved, object) = shard.source.open_beside(&written);
             let limit = self.fields.max_row_bytes.map(|max| max.saturating_sub(total));
-            let bytes = images::read_file(&resolved, limit).map_err(|e| match e {
+            let bytes = images::read_object(object, limit).map_err(|e| match e {
                 ReadError::TooBig(size) => OpError::Data(format!(
                     "row of at least {} bytes with its images (image {k} {written:?} has {size}) is over the \
                      limit of {} bytes (max_row_bytes)",
                     total.saturating_add(size),
                     self.fields.max_row_bytes.unwrap_or(0)
                 )),
-                ReadError::Io(e) => OpError::Data(format!(
-                    "field {name:?}: image {k} {written:?} (resolved to {}): {e}",
-                    resolved.display()
-                )),
+                ReadError::Io(e) => {
+                    OpError::Data(format!("field {name:?}: image {k} {written:?} (resolved to {resolved}): {e}"))
+                }
             })?;
             total += bytes.len() as u64;
             found.push(Image { bytes: bytes.into(), source: written.into() });
@@ -289,14 +286,20 @@ impl Dataset for JsonlDataset {
 }
 
 /// Opens one shard: its content hash, its readable bytes and its row index, each from the
-/// cache when this file version was seen before. A plain shard that is not cached is read
-/// once, hashing and indexing together.
-fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardManifest), String> {
-    let compression = Compression::of(path).ok_or("not a .jsonl, .jsonl.gz or .jsonl.zst file")?;
-    let (file, stat) = open_regular(path).map_err(|e| e.to_string())?;
+/// cache when this object version was seen before. A plain shard that is not cached is read
+/// once, hashing and indexing together. A `.json` shard that holds one JSON array is refused.
+fn open_shard(
+    source: &ShardRef,
+    file: Arc<dyn Object>,
+    cache: &Path,
+) -> std::result::Result<(Shard, ShardManifest), String> {
+    let name = Path::new(source.name());
+    let compression = Compression::of(name).ok_or("not a .jsonl, .json or .ndjson file (plain, .gz or .zst)")?;
+    // The manifest describes the shard as stored, never its decompressed copy.
+    let stored = file.clone();
     let mut indexer = Indexer::default();
     let plain = compression == Compression::None;
-    let hashed = content_hash(&file, path, &stat, cache, &mut |b| {
+    let hashed = content_hash(file.as_ref(), cache, &mut |b| {
         if plain {
             indexer.feed(b)
         }
@@ -304,7 +307,7 @@ fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardMan
     .map_err(|e| format!("cannot read: {e}"))?;
     let hash = hashed.hash;
     let index_path = cache.join("jsonl-index").join(format!("{}.{}.idx", hash_hex(&hash), compression.label()));
-    let (readable, starts, end) = if plain {
+    let (readable, starts, end): (Arc<dyn Object>, Vec<u64>, u64) = if plain {
         let (starts, end) = if hashed.read_through {
             let end = hashed.bytes_read;
             match load_index(&index_path, &hash, end) {
@@ -315,10 +318,10 @@ fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardMan
                     (starts, end)
                 }
             }
-        } else if let Some(starts) = load_index(&index_path, &hash, stat.size) {
-            (starts, stat.size)
+        } else if let Some(starts) = load_index(&index_path, &hash, file.size()) {
+            (starts, file.size())
         } else {
-            let (starts, end) = index_file(&file).map_err(|e| format!("cannot index: {e}"))?;
+            let (starts, end) = index_file(file.as_ref()).map_err(|e| format!("cannot index: {e}"))?;
             save_index(&index_path, &hash, end, &starts);
             (starts, end)
         };
@@ -327,25 +330,35 @@ fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardMan
         let copy_path = cache.join("jsonl").join(format!("{}.{}.jsonl", hash_hex(&hash), compression.label()));
         // The copy is trusted only with an index that agrees on its size: a copy truncated
         // behind zephon's back would otherwise read as a shard with fewer rows.
-        let cached = fs::File::open(&copy_path).ok().and_then(|copy| {
-            let size = copy.metadata().ok()?.len();
+        let cached = LocalObject::open(&copy_path).ok().and_then(|copy| {
+            let size = copy.size();
             let starts = load_index(&index_path, &hash, size)?;
-            Some((copy, starts, size))
+            Some((Arc::new(copy) as Arc<dyn Object>, starts, size))
         });
         match cached {
             Some(hit) => hit,
             None => {
-                let (starts, end) =
-                    decompress(&file, compression, &hash, &copy_path).map_err(|e| format!("cannot decompress: {e}"))?;
+                let (starts, end) = decompress(file.as_ref(), compression, &hash, &copy_path)
+                    .map_err(|e| format!("cannot decompress: {e}"))?;
                 save_index(&index_path, &hash, end, &starts);
-                let copy = fs::File::open(&copy_path).map_err(|e| format!("{}: {e}", copy_path.display()))?;
-                (copy, starts, end)
+                let copy = LocalObject::open(&copy_path).map_err(|e| format!("{}: {e}", copy_path.display()))?;
+                (Arc::new(copy) as Arc<dyn Object>, starts, end)
             }
         }
     };
-    let entry = manifest_entry(path, starts.len() as u64, &stat, hash);
-    let dir = std::path::absolute(path).map_err(|e| e.to_string())?.parent().map(Path::to_path_buf).unwrap_or_default();
-    Ok((Shard { source: path.to_path_buf(), dir, file: readable, starts, end, held: None }, entry))
+    if Compression::says_json(name)
+        && let Some(&first) = starts.first()
+    {
+        let mut byte = [0u8];
+        readable.read_exact_at(&mut byte, first).map_err(|e| format!("cannot read: {e}"))?;
+        if byte[0] == b'[' {
+            return Err("holds one JSON array, not JSON Lines (one object per line): write one object a line \
+                 (e.g. `jq -c '.[]' in.json > out.jsonl`)"
+                .into());
+        }
+    }
+    let entry = manifest_entry(source, stored.as_ref(), starts.len() as u64, hash);
+    Ok((Shard { source: source.clone(), file: readable, starts, end, held: None }, entry))
 }
 
 impl std::fmt::Debug for JsonlDataset {
@@ -364,6 +377,7 @@ mod tests {
     use super::*;
     use crate::fields::Cell;
     use index::INDEX_MAGIC;
+    use std::fs;
     use std::io::Write;
 
     #[test]
@@ -438,7 +452,7 @@ mod tests {
         let p = tmp.path().join("x.jsonl");
         let bytes = b"{\"a\":1}\n\n  \n{\"a\":2}\r\n{\"a\":3}";
         fs::write(&p, bytes).unwrap();
-        let (starts, end) = index_file(&fs::File::open(&p).unwrap()).unwrap();
+        let (starts, end) = index_file(&LocalObject::open(&p).unwrap()).unwrap();
         assert_eq!((starts, end), (vec![0, 12, 21], bytes.len() as u64));
         for piece in 1..bytes.len() {
             assert_eq!(index_bytes(bytes, piece), vec![0, 12, 21], "pieces of {piece}");
@@ -469,7 +483,7 @@ mod tests {
         enc.write_all(b"{\"text\": \"a\"}\n{\"text\": \"b\"}\n").unwrap();
         enc.finish().unwrap();
         let hash = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(fs::read(&gz).unwrap())));
-        let file = fs::File::open(&gz).unwrap();
+        let file = LocalObject::open(&gz).unwrap();
         let (copy, other) = (tmp.path().join("c/copy.jsonl"), tmp.path().join("c/other.jsonl"));
         assert_eq!(decompress(&file, Compression::Gzip, &hash, &copy).unwrap(), (vec![0, 14], 28));
         assert_eq!(fs::read(&copy).unwrap(), b"{\"text\": \"a\"}\n{\"text\": \"b\"}\n");

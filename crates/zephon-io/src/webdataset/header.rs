@@ -7,8 +7,7 @@
 //! least one block and every offset is checked against the file's length before it is used,
 //! so a damaged file ends the scan with an error naming the offset, never a hang or a panic.
 
-use std::fs;
-use std::os::unix::fs::FileExt;
+use crate::storage::Object;
 
 const BLOCK: u64 = 512;
 
@@ -29,13 +28,13 @@ pub(crate) struct Member {
 }
 
 /// Reads `buf.len()` bytes at `at`.
-fn read_at(file: &fs::File, buf: &mut [u8], at: u64) -> Result<(), String> {
+fn read_at(file: &dyn Object, buf: &mut [u8], at: u64) -> Result<(), String> {
     file.read_exact_at(buf, at).map_err(|e| format!("cannot read bytes {at}..{}: {e}", at + buf.len() as u64))
 }
 
 /// Every regular member of the tar `file` of `len` bytes, in order. Directories, links,
 /// devices and FIFOs are skipped; a sparse member is refused (its data is not its content).
-pub(crate) fn scan(file: &fs::File, len: u64) -> Result<Vec<Member>, String> {
+pub(crate) fn scan(file: &dyn Object, len: u64) -> Result<Vec<Member>, String> {
     let mut members = Vec::new();
     let mut at = 0u64;
     // What the headers before the current one said about it.
@@ -125,7 +124,7 @@ pub(crate) fn scan(file: &fs::File, len: u64) -> Result<Vec<Member>, String> {
 }
 
 /// The data of a long-name or pax header: bounded, because its size comes from the file.
-fn read_meta(file: &fs::File, at: u64, size: u64) -> Result<Vec<u8>, String> {
+fn read_meta(file: &dyn Object, at: u64, size: u64) -> Result<Vec<u8>, String> {
     if size > MAX_META {
         return Err(format!("{size} bytes, more than any real one (damaged?)"));
     }

@@ -20,16 +20,17 @@
 mod header;
 mod index;
 
-use std::fs;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use zephon_core::{Buffer, Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
 
 use crate::fields::{Cell, Fields};
 use crate::images::{Image, ImageHandles};
 use crate::jsonl::parse_row;
-use crate::shard::{CONTENT_DIR, Stat, content_hash, hash_hex, manifest_entry, open_regular, open_shards};
+use crate::layout::ShardRef;
+use crate::shard::{CONTENT_DIR, content_hash, hash_hex, manifest_entry, open_shards};
+use crate::storage::Object;
 use crate::{DatasetOptions, Error, Result};
 use index::{Entry, Sample};
 
@@ -40,8 +41,9 @@ const CACHE_DIRS: [&str; 2] = [CONTENT_DIR, "tar-index"];
 pub const KEY_FIELD: &str = "__key__";
 
 struct Shard {
-    path: PathBuf,
-    file: fs::File,
+    /// Where it is, for messages.
+    path: String,
+    file: Arc<dyn Object>,
     samples: Vec<Sample>,
 }
 
@@ -64,10 +66,10 @@ enum Source<'a> {
 }
 
 impl TarDataset {
-    /// Opens `paths` as the dataset's shards, in order: each is hashed (once per file
+    /// Opens `shards` as the dataset's shards, in order: each is hashed (once per object
     /// version, cached) and indexed (once per content, cached), several at a time. A damaged
     /// or truncated shard is refused here, with the offset of what is wrong.
-    pub fn open(name: &str, paths: &[PathBuf], options: &DatasetOptions) -> Result<Self> {
+    pub fn open(name: &str, shards: &[ShardRef], options: &DatasetOptions) -> Result<Self> {
         let fields = options.fields.clone();
         fields.check(name)?;
         let extensions = match fields.images.as_deref() {
@@ -76,7 +78,7 @@ impl TarDataset {
             }
             None => None,
         };
-        let (shards, entries) = open_shards(name, paths, options, &CACHE_DIRS, open_shard)?;
+        let (shards, entries) = open_shards(name, shards, options, &CACHE_DIRS, open_shard)?;
         let handles = fields.handles();
         Ok(TarDataset {
             manifest: DatasetManifest { name: name.to_string(), shards: entries },
@@ -91,12 +93,7 @@ impl TarDataset {
         let shard =
             self.shards.get(id.shard as usize).ok_or_else(|| OpError::Fatal(format!("no shard {}", id.shard)))?;
         let sample = shard.samples.get(id.row as usize).ok_or_else(|| {
-            OpError::Fatal(format!(
-                "{}: no row {} (the shard has {})",
-                shard.path.display(),
-                id.row,
-                shard.samples.len()
-            ))
+            OpError::Fatal(format!("{}: no row {} (the shard has {})", shard.path, id.row, shard.samples.len()))
         })?;
         let json = sample.member("json");
         let sources: Vec<Source> = self
@@ -179,7 +176,7 @@ impl TarDataset {
         let fail = |e: String| {
             OpError::Fatal(format!(
                 "{}: cannot read member {:?} (bytes {}..+{}): {e}; did the file change since it was opened?",
-                shard.path.display(),
+                shard.path,
                 sample.name(m),
                 m.offset,
                 m.size
@@ -248,28 +245,32 @@ fn is_image(ext: &str, extensions: &[String]) -> bool {
 
 /// Opens one shard: its content hash, then its index from the cache, or by a scan of its
 /// headers that is then cached.
-fn open_shard(path: &Path, cache: &Path) -> std::result::Result<(Shard, ShardManifest), String> {
-    let (file, stat) = open_regular(path).map_err(|e| e.to_string())?;
-    let hashed = content_hash(&file, path, &stat, cache, &mut |_| {}).map_err(|e| format!("cannot read: {e}"))?;
+fn open_shard(
+    shard: &ShardRef,
+    file: Arc<dyn Object>,
+    cache: &Path,
+) -> std::result::Result<(Shard, ShardManifest), String> {
+    let hashed = content_hash(file.as_ref(), cache, &mut |_| {}).map_err(|e| format!("cannot read: {e}"))?;
+    let size = file.size();
     let index_path = cache.join("tar-index").join(format!("{}.idx", hash_hex(&hashed.hash)));
-    let samples = match index::load(&index_path, &hashed.hash, stat.size) {
+    let samples = match index::load(&index_path, &hashed.hash, size) {
         Some(samples) => samples,
         None => {
-            let members = header::scan(&file, stat.size).map_err(|e| format!("not a readable tar file: {e}"))?;
+            let members = header::scan(file.as_ref(), size).map_err(|e| format!("not a readable tar file: {e}"))?;
             let samples = index::group(members).map_err(|e| format!("not a usable WebDataset shard: {e}"))?;
-            // The headers were read after the file was hashed: an index of another version
+            // The headers were read after the object was hashed: an index of another version
             // must not be kept under this version's hash.
-            if !Stat::of(&file).is_ok_and(|after| after.same_version(&stat)) {
+            if !file.unchanged().unwrap_or(false) {
                 return Err("the file changed while it was opened; open the dataset again".into());
             }
             #[cfg(test)]
             SCANS.with(|c| c.set(c.get() + 1));
-            index::save(&index_path, &hashed.hash, stat.size, &samples);
+            index::save(&index_path, &hashed.hash, size, &samples);
             samples
         }
     };
-    let entry = manifest_entry(path, samples.len() as u64, &stat, hashed.hash);
-    Ok((Shard { path: path.to_path_buf(), file, samples }, entry))
+    let entry = manifest_entry(shard, file.as_ref(), samples.len() as u64, hashed.hash);
+    Ok((Shard { path: shard.location(), file, samples }, entry))
 }
 
 impl std::fmt::Debug for TarDataset {

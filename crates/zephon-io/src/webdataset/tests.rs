@@ -29,17 +29,13 @@ fn build(members: &[(&str, &[u8])], gnu: bool) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
-/// Scans `bytes` as a file (one scratch file per thread, rewritten: thousands of cases).
+/// Scans `bytes` as an object in memory.
 fn scan_bytes(bytes: &[u8]) -> std::result::Result<Vec<Member>, String> {
-    use std::os::unix::fs::FileExt;
-    thread_local! {
-        static SCRATCH: fs::File = tempfile::tempfile().unwrap();
-    }
-    SCRATCH.with(|f| {
-        f.set_len(0).unwrap();
-        f.write_all_at(bytes, 0).unwrap();
-        scan(f, bytes.len() as u64)
-    })
+    use crate::storage::{MemoryStore, Store};
+    let store = MemoryStore::new("scratch");
+    store.put("x.tar", bytes.to_vec());
+    let object = store.open("x.tar").unwrap();
+    scan(object.as_ref(), bytes.len() as u64)
 }
 
 fn data_of(bytes: &[u8], m: &Member) -> Vec<u8> {
@@ -164,18 +160,18 @@ fn the_index_is_scanned_once_per_content() {
         ..DatasetOptions::default()
     };
     let before = scans();
-    let first = TarDataset::open("w", std::slice::from_ref(&shard), &opts).unwrap();
+    let first = TarDataset::open("w", &[ShardRef::local(&shard)], &opts).unwrap();
     assert_eq!(scans(), before + 1);
-    let again = TarDataset::open("w", std::slice::from_ref(&shard), &opts).unwrap();
+    let again = TarDataset::open("w", &[ShardRef::local(&shard)], &opts).unwrap();
     assert_eq!(scans(), before + 1, "the cached index was used");
     assert_eq!(again.manifest(), first.manifest());
     // A copy elsewhere has the same content: its index is the same cache entry.
     let copy = tmp.path().join("copy.tar");
     fs::copy(&shard, &copy).unwrap();
-    TarDataset::open("w", std::slice::from_ref(&copy), &opts).unwrap();
+    TarDataset::open("w", &[ShardRef::local(&copy)], &opts).unwrap();
     assert_eq!(scans(), before + 1, "keyed by content, not by path");
     write_tar(&shard, &[("a.txt", b"one"), ("b.txt", b"two"), ("c.txt", b"three")]);
-    let changed = TarDataset::open("w", std::slice::from_ref(&shard), &opts).unwrap();
+    let changed = TarDataset::open("w", &[ShardRef::local(&shard)], &opts).unwrap();
     assert_eq!(scans(), before + 2, "a new content is scanned");
     assert_eq!(changed.manifest().rows(), 3);
     let mut out = Vec::new();

@@ -52,7 +52,7 @@ fn a_parquet_row_group_that_many_threads_need_at_once_is_decoded_once() {
     // Corpus B's shards have a row group of 1,000 long documents (about 7 to 17 MB of text):
     // decoding one takes long enough for every thread to ask for it meanwhile.
     let dir = corpus_dir("b", "parquet");
-    let shard = [dir.join("part-00001.parquet")];
+    let shard = [zephon_io::ShardRef::local(&dir.join("part-00001.parquet"))];
     let options = with_fields(&["id"]);
     let ds = zephon_io::ParquetDataset::open("b", &shard, &options).unwrap();
     let threads = 8;

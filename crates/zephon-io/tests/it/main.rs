@@ -7,3 +7,4 @@ mod formats;
 mod images;
 mod invariants;
 mod parquet_columns;
+mod seam;

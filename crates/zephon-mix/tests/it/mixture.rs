@@ -9,7 +9,13 @@ fn synthetic(rows: &[u64]) -> Vec<DatasetManifest> {
         .enumerate()
         .map(|(i, &r)| DatasetManifest {
             name: format!("d{i}"),
-            shards: vec![ShardManifest { path: format!("d{i}"), rows: r, bytes: r, version: "1".into() }],
+            shards: vec![ShardManifest {
+                path: format!("d{i}"),
+                name: String::new(),
+                rows: r,
+                bytes: r,
+                version: "1".into(),
+            }],
         })
         .collect()
 }

@@ -66,7 +66,19 @@ impl Spec {
         for d in &self.datasets {
             let ids = self.pretokenized.as_ref().map(|p| p.field.clone().unwrap_or_else(|| "input_ids".into()));
             let messages = self.chat.as_ref().map(|c| c.field.clone().unwrap_or_else(|| "messages".into()));
-            let mut ds = Dataset::new(&d.name, self.resolve(&d.path)).fields(Fields {
+            let paths = d.path.all();
+            let Some(first) = paths.first() else {
+                return Err(bad(format!("dataset {}: `path` is an empty list", d.name)));
+            };
+            let mut ds =
+                paths[1..].iter().fold(Dataset::new(&d.name, self.resolve(first)), |ds, p| ds.also(self.resolve(p)));
+            if let Some(split) = &d.split {
+                let split = zephon_io::Split::parse(split).ok_or_else(|| {
+                    bad(format!("dataset {}: split {split:?} is not train, validation or test", d.name))
+                })?;
+                ds = ds.split(split);
+            }
+            let mut ds = ds.fields(Fields {
                 text: match (&ids, &messages) {
                     (None, None) => Some(d.text_field.clone().unwrap_or_else(|| "text".into())),
                     _ => None,

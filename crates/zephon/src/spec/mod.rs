@@ -133,8 +133,11 @@ impl Spec {
         // Shares are given by the datasets or by the schedule's segments.
         let given = self.datasets.iter().any(|d| d.share.is_some());
         let first = given.then(|| (0, self.datasets.iter().filter_map(|d| d.share).sum::<f64>()));
-        let later = self.schedule.iter().flat_map(|s| s.shares.iter().flatten()).map(|(step, w)| (*step, w.values().sum()));
-        out.extend(first.into_iter().chain(later).filter_map(|(step, sum)| crate::mixture::share_sum_notice(step, sum)));
+        let later =
+            self.schedule.iter().flat_map(|s| s.shares.iter().flatten()).map(|(step, w)| (*step, w.values().sum()));
+        out.extend(
+            first.into_iter().chain(later).filter_map(|(step, sum)| crate::mixture::share_sum_notice(step, sum)),
+        );
         out
     }
 
@@ -316,6 +319,24 @@ impl Spec {
     pub fn topology(&self, world_size: u32, rank: u32) -> Result<Topology> {
         let rows = self.rows_per_step().map_err(|m| Error::Spec { path: self.file.clone(), message: m })?;
         Ok(Topology::builder().lanes(self.lanes).rows_per_step(rows).place(Place { rank, world_size }).build()?)
+    }
+
+    /// Where dataset `d`'s shards are (its `path` entries and `split`), found and in order.
+    pub fn layout(&self, d: &DatasetSpec) -> Result<zephon_io::Layout> {
+        let split = match &d.split {
+            Some(s) => Some(zephon_io::Split::parse(s).ok_or_else(|| Error::Spec {
+                path: self.file.clone(),
+                message: format!("dataset {}: split {s:?} is not train, validation or test", d.name),
+            })?),
+            None => None,
+        };
+        let locations = d
+            .path
+            .all()
+            .iter()
+            .map(|p| zephon_io::Location::local(&d.name, &self.resolve(p).to_string_lossy()))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(zephon_io::Layout::resolve(&d.name, &locations, split)?)
     }
 
     /// Expands `~` and resolves a relative path against the spec's folder.

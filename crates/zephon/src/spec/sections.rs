@@ -11,8 +11,11 @@ use zephon_mix::{Balance, Exhaustion};
 pub struct DatasetSpec {
     /// Its name (in errors, plans and provenance).
     pub name: String,
-    /// A shard file or folder.
-    pub path: String,
+    /// Where its shards are: a file, a folder (its subfolders too), a glob, or a list of these.
+    pub path: Paths,
+    /// Only its shards of this split (`train`, `validation` or `test`), as Hugging Face names
+    /// files and folders.
+    pub split: Option<String>,
     /// Token share.
     pub share: Option<f64>,
     /// Sample weight.
@@ -30,6 +33,55 @@ pub struct DatasetSpec {
     /// Where images come from: an image column (Parquet), a field of image paths (JSONL), or
     /// comma-separated member extensions (WebDataset tar, e.g. `"jpg,png"`).
     pub images: Option<String>,
+}
+
+/// A `path`: one location, or a list of them read in order.
+#[derive(Clone, Debug)]
+pub enum Paths {
+    /// One file, folder or glob.
+    One(String),
+    /// Several, read in order.
+    Many(Vec<String>),
+}
+
+/// A string or a list of strings. Formats that can say what comes next (TOML, JSON) decide by
+/// the value; a format that cannot (a schema tracer, which is not human-readable) is told a
+/// list, the general case.
+impl<'de> Deserialize<'de> for Paths {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        struct OneOrMany;
+        impl<'de> serde::de::Visitor<'de> for OneOrMany {
+            type Value = Paths;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a path, or a list of paths")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Paths, E> {
+                Ok(Paths::One(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Paths, A::Error> {
+                let mut all = Vec::new();
+                while let Some(p) = seq.next_element::<String>()? {
+                    all.push(p);
+                }
+                Ok(Paths::Many(all))
+            }
+        }
+        if deserializer.is_human_readable() {
+            deserializer.deserialize_any(OneOrMany)
+        } else {
+            Vec::<String>::deserialize(deserializer).map(Paths::Many)
+        }
+    }
+}
+
+impl Paths {
+    /// The locations, in order.
+    pub fn all(&self) -> &[String] {
+        match self {
+            Paths::One(p) => std::slice::from_ref(p),
+            Paths::Many(v) => v,
+        }
+    }
 }
 
 /// `[source]`.

@@ -6,6 +6,7 @@ mod closed_loop;
 mod end_to_end;
 mod finite;
 mod hardening;
+mod layouts;
 mod many_sources;
 mod pretokenized;
 mod shares;

@@ -114,7 +114,14 @@ fn memory_stays_within_the_bound_at_any_chunk_size_and_lane_count() {
 
 /// A random mixture of `datasets` datasets, each of one-line documents of `short` characters
 /// with a long document of `long` characters every `every` rows.
-fn random_mixture(dir: &std::path::Path, datasets: usize, short: std::ops::Range<usize>, long: usize, every: usize, seed: u64) -> Vec<std::path::PathBuf> {
+fn random_mixture(
+    dir: &std::path::Path,
+    datasets: usize,
+    short: std::ops::Range<usize>,
+    long: usize,
+    every: usize,
+    seed: u64,
+) -> Vec<std::path::PathBuf> {
     let data = zephon_testkit::testdata();
     let b = std::fs::read_to_string(data.join("corpora/b-exact/jsonl/part-00000.jsonl")).unwrap();
     let prose: String = b

@@ -155,7 +155,9 @@ impl LaneSteer {
 
 /// The closed loop of a steered lane's work source.
 fn steering_of(source: &Arc<dyn WorkSource>, lane: Lane) -> Result<&dyn Steering, Error> {
-    source.steering().ok_or_else(|| Error::Source { lane, message: "a steered lane's work source does not steer".into() })
+    source
+        .steering()
+        .ok_or_else(|| Error::Source { lane, message: "a steered lane's work source does not steer".into() })
 }
 
 /// Chunk `k` of dataset `d` for `lane`, from a one-chunk cache per dataset.
@@ -450,7 +452,13 @@ fn unit_size(r: &ReadAhead) -> usize {
 
 /// Asks for dataset `d`'s next input not asked for yet; `None` (and the dataset marked ended on
 /// the read side) when its stream has no more.
-fn next_read(r: &mut ReadAhead, steering: &dyn Steering, lane: Lane, lanes: u32, d: usize) -> Result<Option<SampleId>, Error> {
+fn next_read(
+    r: &mut ReadAhead,
+    steering: &dyn Steering,
+    lane: Lane,
+    lanes: u32,
+    d: usize,
+) -> Result<Option<SampleId>, Error> {
     if r.ended[d] {
         return Ok(None);
     }

@@ -1,0 +1,116 @@
+//! The one storage seam: every reader reads through an [`Object`], found in a [`Store`].
+//!
+//! An object is what a reader needs of a shard or an image file: its size, positioned reads,
+//! and what identifies its version without reading it (caches of content hashes and indexes
+//! are keyed by that, never by a local path). A store lists the objects under its root
+//! (recursively, sorted by relative path) and opens them. [`LocalStore`] is the local disk;
+//! [`MemoryStore`] holds objects in memory (tests use it to prove no reader opens a file by
+//! itself); object stores plug in the same way.
+//!
+//! What it is not: no reader logic and no caching policy live here, only bytes and identity.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+pub(crate) mod local;
+mod memory;
+
+pub use local::{LocalObject, LocalStore};
+pub use memory::MemoryStore;
+
+/// One readable object: a local file, an object in memory or in a bucket.
+pub trait Object: Send + Sync + fmt::Debug {
+    /// Where it is, as a user names it (a path or a URL): what messages say.
+    fn location(&self) -> &str;
+
+    /// Its size in bytes, as opened.
+    fn size(&self) -> u64;
+
+    /// What identifies this version of it without reading it: caches of what was computed from
+    /// its bytes are keyed by this (a local file: its absolute path, device, inode, size,
+    /// modification and change times).
+    fn version(&self) -> &str;
+
+    /// Whether [`Object::version`] may key a cache: false for a local file changed so recently
+    /// that a further change could carry the same times.
+    fn settled(&self) -> bool {
+        true
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` into `buf`; how many (0 at the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+
+    /// Whether it is still the version it was opened as.
+    fn unchanged(&self) -> io::Result<bool>;
+
+    /// Reads exactly `buf.len()` bytes at `offset`; an error naming the range if it ends
+    /// before.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        let (start, want) = (offset, buf.len());
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("bytes {start}..{} are past its end ({} bytes)", start + want as u64, self.size()),
+                    ));
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where objects are found: a root that lists and opens them by path relative to it.
+pub trait Store: Send + Sync + fmt::Debug {
+    /// The root, as a user names it.
+    fn root(&self) -> &str;
+
+    /// Every object under the root, recursively, by path relative to it (`/`-separated), in
+    /// byte order of those paths. Folders and files whose name starts with `.` or `_`
+    /// (`.git`, `_SUCCESS`, `_temporary`) are left out; what cannot be listed (a broken link,
+    /// a folder without permission) is an error naming it.
+    fn list(&self) -> io::Result<Vec<String>>;
+
+    /// The object at `relative` (a path relative to the root, `/`-separated).
+    fn open(&self, relative: &str) -> io::Result<Arc<dyn Object>>;
+
+    /// The location of `relative` as a user names it (the root joined with it).
+    fn location_of(&self, relative: &str) -> String {
+        let root = self.root().trim_end_matches('/');
+        if root.is_empty() { relative.to_string() } else { format!("{root}/{relative}") }
+    }
+}
+
+/// Whether a path component is left out of listings: hidden (`.git`, `.gitattributes`) or
+/// marked as metadata by a leading underscore (`_SUCCESS`, `_temporary`, `_delta_log`).
+pub(crate) fn hidden(component: &str) -> bool {
+    component.starts_with('.') || component.starts_with('_')
+}
+
+/// A reader over an object from `start`, with positioned reads (no shared offset).
+pub(crate) struct ObjectReader<'a> {
+    object: &'a dyn Object,
+    pub(crate) pos: u64,
+}
+
+impl<'a> ObjectReader<'a> {
+    pub(crate) fn new(object: &'a dyn Object, start: u64) -> Self {
+        ObjectReader { object, pos: start }
+    }
+}
+
+impl io::Read for ObjectReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.object.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
