@@ -8,7 +8,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export ZEPHON_TESTDATA=${ZEPHON_TESTDATA:-${XDG_CACHE_HOME:-$HOME/.cache}/zephon-testdata}
 bash scripts/fetch-testdata.sh "$ZEPHON_TESTDATA"
 
-# Tests that need the fetched data fail (not skip) when it is missing; this says so.
+# The S3 server the object-storage tests start their own of (moto, from a cached venv).
+ZEPHON_MOTO_SERVER=$(bash scripts/moto.sh)
+export ZEPHON_MOTO_SERVER
+
+# Tests that need the fetched data (or the S3 server) fail (not skip) when it is missing.
 export ZEPHON_REQUIRE_TESTDATA=1
 
 # The workspace's default members: every crate but the Python wheel, whose tests follow.

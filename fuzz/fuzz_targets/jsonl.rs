@@ -26,6 +26,7 @@ fuzz_target!(|data: &[u8]| {
             cache_dir: Some(dir.path().join("cache")),
             parquet_cache_bytes: None,
             jsonl_held_bytes: Some(held),
+            storage: Default::default(),
         };
         let ds = open("fuzz", &shard, &options).ok()?;
         let rows = ds.manifest().rows();

@@ -161,6 +161,45 @@ enum Target {
 }
 
 impl Location {
+    /// A location as a user writes it: an object-store URL (`s3://bucket/prefix`, `gs://`,
+    /// `az://`, `https://`, with the `remote` feature) or a local path (see
+    /// [`Location::local`]). A URL names an object, a prefix (everything under it) or a glob.
+    pub fn parse(dataset: &str, text: &str, storage: &crate::StorageOptions) -> Result<Location> {
+        if !crate::storage::is_url(text) {
+            return Location::local(dataset, text);
+        }
+        let fail = |message: String| Error::Open { dataset: dataset.to_string(), path: PathBuf::from(text), message };
+        #[cfg(feature = "remote")]
+        {
+            let (scheme, rest) = text.split_once("://").unwrap_or(("", text));
+            let parts: Vec<&str> = rest.split('/').collect();
+            let literal = parts.iter().take_while(|p| !Glob::is_pattern(p)).count().max(1);
+            let root = format!("{scheme}://{}", parts[..literal].join("/"));
+            let store = crate::storage::RemoteStore::open(&root, storage).map_err(|e| fail(e.to_string()))?;
+            let store: Arc<dyn Store> = Arc::new(store);
+            let target = if literal < parts.len() {
+                Target::Glob(Glob::new(&parts[literal..].join("/")).map_err(fail)?)
+            } else if literal > 1 && Format::of(Path::new(parts[literal - 1])).is_some() {
+                // An object name: its store is the prefix above it.
+                let parent = format!("{scheme}://{}", parts[..literal - 1].join("/"));
+                let store = crate::storage::RemoteStore::open(&parent, storage).map_err(|e| fail(e.to_string()))?;
+                return Ok(Location {
+                    given: text.to_string(),
+                    store: Arc::new(store),
+                    target: Target::File(parts[literal - 1].to_string()),
+                });
+            } else {
+                Target::All
+            };
+            Ok(Location { given: text.to_string(), store, target })
+        }
+        #[cfg(not(feature = "remote"))]
+        {
+            let _ = storage;
+            Err(fail("this build reads no object stores: build zephon with the `remote` feature".into()))
+        }
+    }
+
     /// A local path as a user writes it: a file, a folder, or a glob (`*`, `?`, `[...]`, and
     /// `**` for any number of folders) whose part before the first pattern is a folder.
     pub fn local(dataset: &str, text: &str) -> Result<Location> {
@@ -383,6 +422,28 @@ impl Layout {
             });
         }
         Ok(Layout { format, shards: shards.into_iter().map(|(s, _)| s).collect(), found })
+    }
+
+    /// What its stores did so far (bytes fetched, requests, block cache hits and misses),
+    /// summed over its distinct stores; `None` when none counts (local files).
+    pub fn stats(&self) -> Option<crate::storage::StoreStats> {
+        let mut seen: Vec<*const ()> = Vec::new();
+        let mut total: Option<crate::storage::StoreStats> = None;
+        for shard in &self.shards {
+            let id = Arc::as_ptr(&shard.store) as *const ();
+            if seen.contains(&id) {
+                continue;
+            }
+            seen.push(id);
+            if let Some(s) = shard.store.stats() {
+                let t = total.get_or_insert_with(Default::default);
+                t.bytes_fetched += s.bytes_fetched;
+                t.requests += s.requests;
+                t.cache_hits += s.cache_hits;
+                t.cache_misses += s.cache_misses;
+            }
+        }
+        total
     }
 
     /// What was found, one line a location: for `explain`.

@@ -87,6 +87,65 @@ pub struct DatasetOptions {
     /// `Some(0)` holds none. The default is 64 MiB per dataset and 256 MiB for all the
     /// process's datasets opened with the default together.
     pub jsonl_held_bytes: Option<usize>,
+    /// How object stores are reached and cached (URLs need the `remote` feature).
+    pub storage: StorageOptions,
+}
+
+/// How object stores are reached (beyond what each cloud's SDK finds in the environment and
+/// profiles) and how their blocks are cached on the node. Never holds a secret: credentials
+/// come from the environment, AWS profiles and instance roles only.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StorageOptions {
+    /// The endpoint (an S3-compatible server, a local emulator).
+    pub endpoint: Option<String>,
+    /// The region.
+    pub region: Option<String>,
+    /// Allow `http://` endpoints (default: https only).
+    pub allow_http: bool,
+    /// S3 path-style addressing (`endpoint/bucket/key`) instead of virtual hosts.
+    pub path_style: Option<bool>,
+    /// Bytes of a block, the unit fetched and cached (default 8 MiB).
+    pub block_bytes: Option<u64>,
+    /// The node's block cache folder, shared by its processes (default `blocks/` under the
+    /// cache folder).
+    pub cache_dir: Option<PathBuf>,
+    /// The most bytes of blocks the cache holds (default 16 GiB); the least recently used go.
+    pub cache_bytes: Option<u64>,
+    /// Seconds a request may take before it is retried (default: `object_store`'s).
+    pub timeout_s: Option<f64>,
+}
+
+impl StorageOptions {
+    /// Bytes of a block.
+    pub fn block_bytes(&self) -> u64 {
+        self.block_bytes.unwrap_or(8 << 20).max(1)
+    }
+
+    /// The most bytes the block cache holds.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_bytes.unwrap_or(16 << 30)
+    }
+
+    /// The least the block cache must hold for `lanes` lanes read by `threads` worker threads:
+    /// a block per lane and two per thread, what they read at once. Less would have blocks
+    /// evicted while a step still reads them.
+    pub fn cache_needed(&self, lanes: usize, threads: usize) -> u64 {
+        self.block_bytes().saturating_mul((lanes + 2 * threads) as u64)
+    }
+
+    /// In words, for `explain`.
+    pub fn describe(&self) -> String {
+        let dir = self
+            .cache_dir
+            .as_ref()
+            .map_or_else(|| "blocks/ under the cache folder".into(), |d| d.display().to_string());
+        let endpoint = self.endpoint.as_ref().map_or(String::new(), |e| format!(", endpoint {e}"));
+        format!(
+            "object stores read in blocks of {} bytes, cached for the node in {dir} (at most {} bytes){endpoint}",
+            self.block_bytes(),
+            self.cache_bytes()
+        )
+    }
 }
 
 /// A shard file format.

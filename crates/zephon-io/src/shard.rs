@@ -37,6 +37,9 @@ pub(crate) struct Hashed {
 /// hashed before, else by reading it once, handing each piece to `also` too (so a caller can
 /// index while the object is hashed).
 pub(crate) fn content_hash(object: &dyn Object, cache: &Path, also: &mut dyn FnMut(&[u8])) -> io::Result<Hashed> {
+    if let Some(version) = object.content_version() {
+        return Ok(Hashed { hash: version.to_string(), read_through: false, bytes_read: 0 });
+    }
     let header = object.version();
     let entry = content_entry_path(cache, header);
     if let Some(hash) = load_content_entry(&entry, header) {
@@ -120,9 +123,13 @@ fn load_content_entry(entry: &Path, header: &str) -> Option<String> {
     (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hash.to_string())
 }
 
-/// The hex digits of a `sha256:<hex>` content hash, for cache file names.
-pub(crate) fn hash_hex(hash: &str) -> &str {
-    hash.strip_prefix("sha256:").unwrap_or(hash)
+/// A content version as a cache file name: the hex digits of a `sha256:<hex>` hash, or the
+/// SHA-256 of another version (a remote object's ETag and size).
+pub(crate) fn hash_hex(hash: &str) -> String {
+    match hash.strip_prefix("sha256:") {
+        Some(hex) => hex.to_string(),
+        None => hex::encode(Sha256::digest(hash.as_bytes())),
+    }
 }
 
 /// A manifest entry for a shard.

@@ -103,7 +103,7 @@ impl EnsureMixture {
     }
 
     /// Holds at most `tokens` a lane: past it, the oldest held piece goes out before its
-    /// dataset's turn (counted per dataset, [`released`]); nothing is dropped, the shares run
+    /// dataset's turn (counted per dataset, `released_tokens` in reports); nothing is dropped, the shares run
     /// further from their targets for a while. Without it, a pipeline sets
     /// [`EnsureMixture::default_max_held`] when it is assembled; built with
     /// [`EnsureMixture::new`], it holds without a cap.

@@ -16,11 +16,13 @@
 mod images;
 mod many;
 mod ranks;
+mod s3;
 mod spec_text;
 
 pub use images::{IMAGE, ImageTokenize, Split, image_corpus, images_of, span_len};
 pub use many::{ManySources, many_sources};
 pub use ranks::{rank_process, spawn_ranks};
+pub use s3::S3Server;
 pub use spec_text::{SpecText, TomlValue};
 
 use std::collections::VecDeque;

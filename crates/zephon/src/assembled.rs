@@ -22,8 +22,10 @@ pub(crate) struct Assembled {
     pub records: Option<u64>,
     /// What the run does with the settings as given that a user should know.
     pub notices: Vec<String>,
-    /// Per dataset, what was found where (a line a location).
-    pub layouts: Vec<Vec<String>>,
+    /// Per dataset, where its shards were found.
+    pub layouts: Vec<zephon_io::Layout>,
+    /// How object stores are read, when a dataset is in one.
+    pub storage: Option<String>,
 }
 
 impl Assembled {
@@ -52,7 +54,8 @@ impl Assembled {
                     self.weights[i] / sum
                 ),
             );
-            let files = self.layouts.get(i).into_iter().flatten().map(|l| PlanNode::new("files", l.clone()));
+            let files = self.layouts.get(i).map(zephon_io::Layout::describe).unwrap_or_default();
+            let files = files.into_iter().map(|l| PlanNode::new("files", l));
             let node = node.with_all(files);
             match self.estimates.as_ref().and_then(|e| e.get(i)) {
                 Some(e) => node.with(PlanNode::new(
@@ -95,6 +98,7 @@ impl Assembled {
                 ),
             ))
             .with(PlanNode::new("memory", self.memory(topology, exec).describe()))
+            .with_all(self.storage.clone().map(|s| PlanNode::new("storage", s)))
             .with(PlanNode::new(
                 "policies",
                 format!(

@@ -51,6 +51,18 @@ pub struct DatasetReport {
     /// while. 0 unless the data defeats the closed loop.
     #[serde(default)]
     pub released_tokens: u64,
+    /// Bytes this rank fetched from the object store the dataset is in (0 on local disk).
+    #[serde(default)]
+    pub bytes_fetched: u64,
+    /// Requests it made there (reads, listings, metadata).
+    #[serde(default)]
+    pub requests: u64,
+    /// Blocks of it found in the node's block cache (fetched earlier, or by another process).
+    #[serde(default)]
+    pub cache_hits: u64,
+    /// Blocks of it fetched into the cache.
+    #[serde(default)]
+    pub cache_misses: u64,
     /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
     pub tail_dropped_tokens: u64,
     /// The documents (shard, row) those rows held pieces of: each came in part or not at all.
@@ -238,6 +250,12 @@ impl Loader {
                 }
             })
             .collect();
+        for (r, layout) in datasets.iter_mut().zip(&self.assembled.layouts) {
+            if let Some(s) = layout.stats() {
+                (r.bytes_fetched, r.requests, r.cache_hits, r.cache_misses) =
+                    (s.bytes_fetched, s.requests, s.cache_hits, s.cache_misses);
+            }
+        }
         let lanes = self.engine.lane_states();
         let mut tail_dropped_rows = 0;
         for lane in &lanes {

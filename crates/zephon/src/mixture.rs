@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use zephon_core::ShareSchedule;
-use zephon_io::{DatasetOptions, Fields, Layout, Location, Split};
+use zephon_io::{DatasetOptions, Fields, Layout, Location, Split, StorageOptions};
 use zephon_mix::{Balance, EstimateOptions, Exhaustion, Order, SourceOptions};
 
 /// How far token shares may sum from 1: shares written with a few decimals (six over a hundred
@@ -70,15 +70,20 @@ impl Dataset {
         self
     }
 
-    /// Finds its shards and opens them; what was found where, for `explain`.
-    pub(crate) fn open(&self) -> Result<(std::sync::Arc<dyn zephon_core::Dataset>, Vec<String>), zephon_io::Error> {
+    /// Finds its shards (object stores reached with `storage`) and opens them; where they
+    /// were found.
+    pub(crate) fn open(
+        &self,
+        storage: &StorageOptions,
+    ) -> Result<(std::sync::Arc<dyn zephon_core::Dataset>, Layout), zephon_io::Error> {
         let locations = self
             .paths
             .iter()
-            .map(|p| Location::local(&self.name, &p.to_string_lossy()))
+            .map(|p| Location::parse(&self.name, &p.to_string_lossy(), storage))
             .collect::<Result<Vec<_>, _>>()?;
         let layout = Layout::resolve(&self.name, &locations, self.split)?;
-        Ok((zephon_io::open_layout(&self.name, &layout, &self.options)?, layout.describe()))
+        let options = DatasetOptions { storage: storage.clone(), ..self.options.clone() };
+        Ok((zephon_io::open_layout(&self.name, &layout, &options)?, layout))
     }
 
     /// Its share of the tokens.
@@ -133,6 +138,8 @@ pub struct Mixture {
     pub(crate) later_shares: Vec<(u64, Vec<(String, f64)>)>,
     /// Every record once, in order, instead of a mixture (a validation pass).
     pub(crate) once_in_order: bool,
+    /// How object stores are reached and cached.
+    pub(crate) storage: StorageOptions,
 }
 
 impl Mixture {
@@ -220,6 +227,14 @@ impl Mixture {
     #[must_use]
     pub fn shares_from(mut self, step: u64, shares: &[(&str, f64)]) -> Self {
         self.later_shares.push((step, shares.iter().map(|(n, s)| (n.to_string(), *s)).collect()));
+        self
+    }
+
+    /// How object stores (`s3://`, `gs://`, `az://`, `https://` paths) are reached and their
+    /// blocks cached on the node; credentials come from the environment and profiles only.
+    #[must_use]
+    pub fn storage(mut self, storage: StorageOptions) -> Self {
+        self.storage = storage;
         self
     }
 

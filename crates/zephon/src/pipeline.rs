@@ -15,7 +15,7 @@ use zephon_pack::Pack;
 use crate::assembled::Assembled;
 use crate::error::{Error, Result};
 use crate::loader::Loader;
-use crate::mixture::{Amount, Dataset, Mixture};
+use crate::mixture::{Amount, Mixture};
 
 /// A pipeline under construction: what to train on (a [`Mixture`]) and how stored samples
 /// become rows (operators, in order). `build` opens the data and starts the engine for one
@@ -255,9 +255,25 @@ impl Pipeline {
         // Assembled first: a pipeline in the wrong order is refused before data is opened or
         // measured.
         let operators = self.operators(shares.as_deref())?;
-        let (opened, layouts): (Vec<_>, Vec<_>) =
-            m.datasets.iter().map(Dataset::open).collect::<std::result::Result<Vec<_>, _>>()?.into_iter().unzip();
+        let (opened, layouts): (Vec<_>, Vec<_>) = m
+            .datasets
+            .iter()
+            .map(|d| d.open(&m.storage))
+            .collect::<std::result::Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
         let datasets = Datasets::new(opened);
+        if layouts.iter().any(|l| l.stats().is_some()) {
+            let need = m.storage.cache_needed(lanes as usize, self.exec.threads);
+            if m.storage.cache_bytes() < need {
+                return Err(Error::Build(format!(
+                    "[storage] cache_bytes = {} is smaller than what the readers of one step hold at once: one block \
+                     of {} bytes per lane and two per worker thread, {need} bytes; give at least that",
+                    m.storage.cache_bytes(),
+                    m.storage.block_bytes()
+                )));
+            }
+        }
         let mut config = m.config;
         config.seed = m.seed.unwrap_or(self.seed);
         config.balance = self.balance(&datasets)?;
@@ -339,6 +355,7 @@ impl Pipeline {
             token_estimates: estimates.clone().unwrap_or_default(),
         };
         let notices = m.notices();
+        let storage = layouts.iter().any(|l| l.stats().is_some()).then(|| m.storage.describe());
         Ok(Assembled {
             spec,
             estimates,
@@ -349,6 +366,7 @@ impl Pipeline {
             records,
             notices,
             layouts,
+            storage,
         })
     }
 

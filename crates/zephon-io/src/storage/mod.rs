@@ -13,11 +13,38 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
+#[cfg(feature = "remote")]
+mod blocks;
 pub(crate) mod local;
 mod memory;
+#[cfg(feature = "remote")]
+mod remote;
 
 pub use local::{LocalObject, LocalStore};
 pub use memory::MemoryStore;
+#[cfg(feature = "remote")]
+pub use remote::RemoteStore;
+
+/// Whether `text` is the URL of an object store (`s3://`, `gs://`, `az://`, `abfs://`,
+/// `http://`, `https://`), which needs the `remote` feature.
+pub fn is_url(text: &str) -> bool {
+    ["s3://", "gs://", "az://", "abfs://", "abfss://", "azure://", "http://", "https://"]
+        .iter()
+        .any(|s| text.starts_with(s))
+}
+
+/// What a remote store did, for reports: bytes and requests, block cache hits and misses.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Bytes fetched from the store.
+    pub bytes_fetched: u64,
+    /// Requests made (reads, listings, metadata).
+    pub requests: u64,
+    /// Blocks found in the node's block cache.
+    pub cache_hits: u64,
+    /// Blocks fetched into it.
+    pub cache_misses: u64,
+}
 
 /// One readable object: a local file, an object in memory or in a bucket.
 pub trait Object: Send + Sync + fmt::Debug {
@@ -36,6 +63,12 @@ pub trait Object: Send + Sync + fmt::Debug {
     /// that a further change could carry the same times.
     fn settled(&self) -> bool {
         true
+    }
+
+    /// What identifies its content without reading it, when the store says (a remote
+    /// object's ETag and size); `None`: the content is hashed (SHA-256 of every byte).
+    fn content_version(&self) -> Option<&str> {
+        None
     }
 
     /// Reads up to `buf.len()` bytes at `offset` into `buf`; how many (0 at the end).
@@ -82,6 +115,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The object at `relative` (a path relative to the root, `/`-separated).
     fn open(&self, relative: &str) -> io::Result<Arc<dyn Object>>;
 
+    /// What it did so far, if it counts (a remote store).
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
+
     /// The location of `relative` as a user names it (the root joined with it).
     fn location_of(&self, relative: &str) -> String {
         let root = self.root().trim_end_matches('/');
@@ -96,17 +134,20 @@ pub(crate) fn hidden(component: &str) -> bool {
 }
 
 /// A reader over an object from `start`, with positioned reads (no shared offset).
+#[cfg(feature = "parquet")]
 pub(crate) struct ObjectReader<'a> {
     object: &'a dyn Object,
     pub(crate) pos: u64,
 }
 
+#[cfg(feature = "parquet")]
 impl<'a> ObjectReader<'a> {
     pub(crate) fn new(object: &'a dyn Object, start: u64) -> Self {
         ObjectReader { object, pos: start }
     }
 }
 
+#[cfg(feature = "parquet")]
 impl io::Read for ObjectReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.object.read_at(buf, self.pos)?;

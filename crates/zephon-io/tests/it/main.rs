@@ -7,4 +7,6 @@ mod formats;
 mod images;
 mod invariants;
 mod parquet_columns;
+#[cfg(feature = "remote")]
+mod remote;
 mod seam;

@@ -46,7 +46,7 @@ fn gz(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// A WebDataset tar of `photos` (key, jpg bytes, caption).
-fn tar_of(photos: &[(String, Vec<u8>, String)]) -> Vec<u8> {
+pub fn tar_of(photos: &[(String, Vec<u8>, String)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (key, jpg, caption) in photos {
         for (ext, data) in [("jpg", jpg.as_slice()), ("txt", caption.as_bytes())] {

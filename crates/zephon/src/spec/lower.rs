@@ -49,7 +49,7 @@ impl Spec {
     /// The pipeline the spec describes (opens nothing yet).
     pub fn pipeline(&self) -> Result<Pipeline> {
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: m };
-        let mut mixture = Mixture::new();
+        let mut mixture = Mixture::new().storage(self.storage_options());
         let shares = self.schedule.as_ref().and_then(|s| s.shares.as_deref()).unwrap_or_default();
         let (first_shares, later_shares) = match shares.split_first() {
             Some(((_, first), later)) => {

@@ -95,6 +95,8 @@ pub struct Spec {
     pub schedule: Option<ScheduleSpec>,
     /// A validation pass over held-out datasets.
     pub validation: Option<ValidationSpec>,
+    /// How object stores are reached and cached.
+    pub storage: Option<StorageSpec>,
     /// Execution and policies.
     #[serde(default)]
     pub run: RunSection,
@@ -334,13 +336,32 @@ impl Spec {
             .path
             .all()
             .iter()
-            .map(|p| zephon_io::Location::local(&d.name, &self.resolve(p).to_string_lossy()))
+            .map(|p| zephon_io::Location::parse(&d.name, &self.resolve(p).to_string_lossy(), &self.storage_options()))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(zephon_io::Layout::resolve(&d.name, &locations, split)?)
     }
 
-    /// Expands `~` and resolves a relative path against the spec's folder.
+    /// How object stores are reached and cached (`[storage]`).
+    pub fn storage_options(&self) -> zephon_io::StorageOptions {
+        let Some(s) = &self.storage else { return zephon_io::StorageOptions::default() };
+        zephon_io::StorageOptions {
+            endpoint: s.endpoint.clone(),
+            region: s.region.clone(),
+            allow_http: s.allow_http,
+            path_style: s.path_style,
+            block_bytes: s.block_bytes,
+            cache_dir: s.cache_dir.as_deref().map(|d| self.resolve(d)),
+            cache_bytes: s.cache_bytes,
+            timeout_s: s.timeout_s,
+        }
+    }
+
+    /// Expands `~` and resolves a relative path against the spec's folder; an object-store
+    /// URL (`s3://...`) stays as written.
     pub fn resolve(&self, path: &str) -> PathBuf {
+        if zephon_io::storage::is_url(path) {
+            return PathBuf::from(path);
+        }
         let expanded = match path.strip_prefix("~/") {
             Some(rest) => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(rest),
             None => PathBuf::from(path),

@@ -707,3 +707,29 @@ choice! {
         LibjpegTurbo,
     }
 }
+
+/// `[storage]`: how object stores (`s3://`, `gs://`, `az://`, `https://` paths) are reached,
+/// beyond what each cloud's SDK finds in the environment and profiles, and how their blocks are
+/// cached on the node. It holds no credentials: those come from the environment, AWS profiles
+/// and instance roles, so that no spec or checkpoint can carry one.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSpec {
+    /// The endpoint of an S3-compatible server.
+    pub endpoint: Option<String>,
+    /// The region.
+    pub region: Option<String>,
+    /// Allow `http://` endpoints.
+    #[serde(default)]
+    pub allow_http: bool,
+    /// S3 path-style addressing (`endpoint/bucket/key`).
+    pub path_style: Option<bool>,
+    /// Bytes of a block, the unit fetched and cached (default 8 MiB).
+    pub block_bytes: Option<u64>,
+    /// The node's block cache folder (default `blocks/` under the cache folder).
+    pub cache_dir: Option<String>,
+    /// The most bytes the block cache holds (default 16 GiB).
+    pub cache_bytes: Option<u64>,
+    /// Seconds a request may take before it is retried.
+    pub timeout_s: Option<f64>,
+}

@@ -9,6 +9,7 @@ mod hardening;
 mod layouts;
 mod many_sources;
 mod pretokenized;
+mod remote;
 mod shares;
 mod spec;
 mod spec_reference;

@@ -1,0 +1,235 @@
+//! The node-shared block cache of remote objects: a folder of fixed-size blocks, each fetched
+//! once for every process of the node.
+//!
+//! - A block is a file named by the object's version (URL, ETag, size) and its index, written
+//!   atomically (a hidden temporary, then a rename) with a trailer: its length and SHA-256. A
+//!   block whose trailer does not match is not trusted (a writer killed mid-way leaves only a
+//!   hidden temporary, and a damaged block is fetched again).
+//! - One fetch per block for all processes: a process takes an exclusive lock on the block's
+//!   lock file (`flock`), looks again, and fetches only if the block is still missing. The
+//!   kernel releases the lock of a process that dies, so a killed holder never leaves a lock
+//!   stuck.
+//! - A size cap: past it, the least recently used blocks of this cache's own naming are
+//!   removed (a block read is touched); nothing else in the folder is ever removed.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+
+use crate::shard::write_atomic;
+
+/// What every block file ends with, after its bytes: length (8 bytes LE), SHA-256 (32), magic.
+const MAGIC: &[u8; 8] = b"ZPHBLK01";
+const TRAILER: u64 = 8 + 32 + 8;
+
+/// The prefix of every file this cache writes: eviction touches nothing else.
+const PREFIX: &str = "blk-";
+
+/// Counters of one cache (or one store's use of it), for reports.
+#[derive(Debug, Default)]
+pub struct BlockStats {
+    /// Blocks found in the cache (this process or another fetched them).
+    pub hits: AtomicU64,
+    /// Blocks fetched from the store.
+    pub misses: AtomicU64,
+    /// Bytes fetched from the store.
+    pub bytes_fetched: AtomicU64,
+    /// Requests made to the store (fetches, listings, metadata).
+    pub requests: AtomicU64,
+}
+
+/// A folder of blocks shared by the processes of a node.
+#[derive(Debug)]
+pub(crate) struct BlockCache {
+    dir: PathBuf,
+    cap: u64,
+    /// Bytes this process believes the folder holds; a scan sets it when it passes the cap.
+    used: AtomicU64,
+    /// Blocks this process has checked against their trailer (read by positioned reads after).
+    checked: Mutex<HashSet<PathBuf>>,
+}
+
+impl BlockCache {
+    /// The cache in `dir`, holding at most `cap` bytes of blocks.
+    pub(crate) fn new(dir: PathBuf, cap: u64) -> io::Result<BlockCache> {
+        fs::create_dir_all(&dir).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+        crate::shard::remove_stale_temporaries(std::slice::from_ref(&dir));
+        let cache = BlockCache { dir, cap, used: AtomicU64::new(0), checked: Mutex::new(HashSet::new()) };
+        cache.used.store(cache.scan().iter().map(|(_, n, _)| n).sum(), Ordering::Relaxed);
+        Ok(cache)
+    }
+
+    /// The folder.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path_of(&self, key: &str, index: u64) -> PathBuf {
+        let digest = hex::encode(&Sha256::digest(key.as_bytes())[..16]);
+        self.dir.join(format!("{PREFIX}{digest}-{index}"))
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of block `index` of the object `key` (whose block
+    /// holds `len` bytes), fetching the block with `fetch` when no process has.
+    pub(crate) fn read(
+        &self,
+        key: &str,
+        index: u64,
+        len: u64,
+        offset: u64,
+        buf: &mut [u8],
+        stats: &BlockStats,
+        fetch: impl FnOnce() -> io::Result<Vec<u8>>,
+    ) -> io::Result<()> {
+        let path = self.path_of(key, index);
+        if self.usable(&path, len) {
+            stats.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let lock_path = path.with_extension("lock");
+            let lock = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", lock_path.display())))?;
+            lock.lock()?;
+            // Another process may have fetched it while this one waited.
+            if self.usable(&path, len) {
+                stats.hits.fetch_add(1, Ordering::Relaxed);
+            } else {
+                stats.misses.fetch_add(1, Ordering::Relaxed);
+                let bytes = fetch()?;
+                if bytes.len() as u64 != len {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("block {index} came back with {} bytes instead of {len}", bytes.len()),
+                    ));
+                }
+                stats.bytes_fetched.fetch_add(len, Ordering::Relaxed);
+                write_atomic(&path, |f| {
+                    use io::Write;
+                    f.write_all(&bytes)?;
+                    f.write_all(&len.to_le_bytes())?;
+                    f.write_all(&Sha256::digest(&bytes))?;
+                    f.write_all(MAGIC)
+                })?;
+                self.lock_checked().insert(path.clone());
+                if self.used.fetch_add(len + TRAILER, Ordering::Relaxed) + len + TRAILER > self.cap {
+                    self.evict(&path);
+                }
+            }
+            drop(lock);
+        }
+        let file = fs::File::open(&path)?;
+        file.read_exact_at(buf, offset)?;
+        // Touched on use, so that eviction takes the least recently used.
+        let _ = file.set_modified(SystemTime::now());
+        Ok(())
+    }
+
+    fn lock_checked(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
+        self.checked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the block file exists whole: its trailer checked once per process.
+    fn usable(&self, path: &Path, len: u64) -> bool {
+        if self.lock_checked().contains(path) {
+            return path.exists();
+        }
+        let Ok(bytes) = fs::read(path) else { return false };
+        let good = bytes.len() as u64 == len + TRAILER && {
+            let (data, trailer) = bytes.split_at(len as usize);
+            trailer[..8] == len.to_le_bytes() && trailer[8..40] == Sha256::digest(data)[..] && &trailer[40..] == MAGIC
+        };
+        if good {
+            self.lock_checked().insert(path.to_path_buf());
+        }
+        good
+    }
+
+    /// This cache's blocks: path, bytes, last use.
+    fn scan(&self) -> Vec<(PathBuf, u64, SystemTime)> {
+        let Ok(entries) = fs::read_dir(&self.dir) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with(PREFIX) && !name.ends_with(".lock")
+            })
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                Some((e.path(), meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+            })
+            .collect()
+    }
+
+    /// Removes the least recently used blocks until the cache is within its cap (never
+    /// `keep`, the block just written).
+    fn evict(&self, keep: &Path) {
+        let mut blocks = self.scan();
+        let mut used: u64 = blocks.iter().map(|(_, n, _)| n).sum();
+        blocks.sort_by_key(|(_, _, t)| *t);
+        for (path, n, _) in blocks {
+            if used <= self.cap {
+                break;
+            }
+            if path == keep {
+                continue;
+            }
+            if fs::remove_file(&path).is_ok() {
+                used -= n;
+                self.lock_checked().remove(&path);
+            }
+        }
+        self.used.store(used, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_is_fetched_once_checked_and_evicted_by_last_use() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = BlockCache::new(tmp.path().join("blocks"), 2 * (10 + TRAILER)).unwrap();
+        let stats = BlockStats::default();
+        let mut buf = [0u8; 4];
+        for round in 0..2 {
+            cache.read("obj", 0, 10, 3, &mut buf, &stats, || Ok(b"0123456789".to_vec())).unwrap();
+            assert_eq!(&buf, b"3456", "round {round}");
+        }
+        assert_eq!((stats.misses.load(Ordering::Relaxed), stats.hits.load(Ordering::Relaxed)), (1, 1));
+        // A damaged block is not trusted: fetched again.
+        let path = cache.path_of("obj", 0);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[2] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let fresh = BlockCache::new(tmp.path().join("blocks"), 2 * (10 + TRAILER)).unwrap();
+        fresh.read("obj", 0, 10, 0, &mut buf, &stats, || Ok(b"0123456789".to_vec())).unwrap();
+        assert_eq!(&buf, b"0123");
+        assert_eq!(stats.misses.load(Ordering::Relaxed), 2);
+        // Two more blocks: the cap holds two, the least recently used goes.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fresh.read("obj", 1, 10, 0, &mut buf, &stats, || Ok(b"abcdefghij".to_vec())).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fresh.read("obj", 2, 10, 0, &mut buf, &stats, || Ok(b"ABCDEFGHIJ".to_vec())).unwrap();
+        assert!(!fresh.path_of("obj", 0).exists() && fresh.path_of("obj", 2).exists());
+        // Nothing but its own blocks is ever removed.
+        fs::write(tmp.path().join("blocks/mine.txt"), b"x").unwrap();
+        fresh.read("obj", 3, 10, 0, &mut buf, &stats, || Ok(b"klmnopqrst".to_vec())).unwrap();
+        assert!(tmp.path().join("blocks/mine.txt").exists());
+        // A fetch that comes back short is an error, and leaves nothing behind.
+        let err = fresh.read("obj", 9, 10, 0, &mut buf, &stats, || Ok(b"short".to_vec())).unwrap_err();
+        assert!(err.to_string().contains("5 bytes instead of 10"), "{err}");
+        assert!(!fresh.path_of("obj", 9).exists());
+    }
+}

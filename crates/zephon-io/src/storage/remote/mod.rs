@@ -1,0 +1,324 @@
+//! Object stores (`s3://`, `gs://`, `az://` and `abfs://`, `https://`) as stores of the seam,
+//! through `object_store`.
+//!
+//! - An object's version is its URL, ETag and size, and its content version (what manifests
+//!   and checkpoints hold) its ETag and size: nothing is read to know it. Every ranged read is
+//!   conditional on the ETag it was opened with, so an object replaced during a run is an
+//!   error naming it, never a mix of two versions.
+//! - Reads go through the node-shared block cache ([`super::blocks`]): an object is fetched in
+//!   blocks of `block_bytes`, once for every process of the node.
+//! - One small tokio runtime per process runs the requests; callers block on it from the
+//!   engine's worker threads, which hold no lane lock while they read.
+//! - Credentials and endpoints are found as each cloud's SDK finds them (environment, AWS
+//!   profiles with `credential_process`, instance and web-identity roles where `object_store`
+//!   has them). They are never written anywhere: not in locations, messages or manifests.
+
+use std::fmt;
+use std::io;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use futures::TryStreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+
+use super::blocks::{BlockCache, BlockStats};
+use super::{Object, Store, StoreStats, hidden};
+use crate::StorageOptions;
+
+mod credentials;
+
+/// The process's runtime for object-store requests.
+fn runtime() -> io::Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("zephon-remote")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| io::Error::other(format!("cannot start the object-store runtime: {e}")))
+}
+
+/// Runs `f` on the runtime and waits for it.
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> io::Result<T> {
+    Ok(runtime()?.block_on(f))
+}
+
+/// An `object_store` error as an `io::Error` that names the object (and never a credential).
+fn store_error(url: &str, e: object_store::Error) -> io::Error {
+    let kind = match &e {
+        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+        object_store::Error::Precondition { .. } => io::ErrorKind::InvalidData,
+        _ => io::ErrorKind::Other,
+    };
+    let message = match e {
+        object_store::Error::Precondition { .. } => {
+            format!("{url} changed since it was opened (its ETag no longer matches): open the dataset again")
+        }
+        object_store::Error::NotFound { .. } => format!("{url} does not exist"),
+        other => format!("{url}: {other}"),
+    };
+    io::Error::new(kind, message)
+}
+
+/// A prefix of an object store (`s3://bucket/prefix`) as a store of the seam.
+pub struct RemoteStore {
+    /// The root as the user wrote it, without a trailing `/`.
+    root: String,
+    store: Arc<dyn ObjectStore>,
+    prefix: StorePath,
+    blocks: Arc<BlockCache>,
+    block_bytes: u64,
+    stats: Arc<BlockStats>,
+}
+
+impl fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RemoteStore({})", self.root)
+    }
+}
+
+impl RemoteStore {
+    /// The store at `url` (a bucket, or a prefix in one) with `options`.
+    pub fn open(url: &str, options: &StorageOptions) -> io::Result<RemoteStore> {
+        let root = url.trim_end_matches('/').to_string();
+        let parsed =
+            url::Url::parse(&root).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{root}: {e}")))?;
+        let (store, prefix) = build(&parsed, options)?;
+        let dir = options.cache_dir.clone().unwrap_or_else(|| crate::shard::default_cache_dir().join("blocks"));
+        Ok(RemoteStore {
+            root,
+            store,
+            prefix,
+            blocks: shared_cache(dir, options.cache_bytes())?,
+            block_bytes: options.block_bytes(),
+            stats: Arc::new(BlockStats::default()),
+        })
+    }
+
+    fn key_of(&self, relative: &str) -> StorePath {
+        let rel = relative.trim_start_matches('/');
+        if self.prefix.as_ref().is_empty() {
+            StorePath::from(rel)
+        } else {
+            StorePath::from(format!("{}/{rel}", self.prefix.as_ref()))
+        }
+    }
+}
+
+/// One cache per folder in a process, so that every store of the process counts the same
+/// bytes against the cap.
+fn shared_cache(dir: PathBuf, cap: u64) -> io::Result<Arc<BlockCache>> {
+    static CACHES: OnceLock<std::sync::Mutex<Vec<Arc<BlockCache>>>> = OnceLock::new();
+    let mut all = CACHES.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(c) = all.iter().find(|c| c.dir() == dir) {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(BlockCache::new(dir, cap)?);
+    all.push(c.clone());
+    Ok(c)
+}
+
+/// The `object_store` client for `url`, with the options' endpoint, region and addressing.
+fn build(url: &url::Url, options: &StorageOptions) -> io::Result<(Arc<dyn ObjectStore>, StorePath)> {
+    let bad = |e: object_store::Error| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}"));
+    let mut client = ClientOptions::new().with_allow_http(options.allow_http);
+    if let Some(t) = options.timeout_s {
+        client = client.with_timeout(std::time::Duration::from_secs_f64(t));
+    }
+    let prefix = StorePath::from_url_path(url.path()).map_err(|e| bad(e.into()))?;
+    let store: Arc<dyn ObjectStore> = match url.scheme() {
+        "s3" => {
+            let mut b =
+                object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str()).with_client_options(client);
+            if let Some(p) = credentials::aws_profile()? {
+                if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+                    if let Some(region) = &p.region {
+                        b = b.with_region(region);
+                    }
+                }
+                if let Some(endpoint) = &p.endpoint {
+                    b = b.with_endpoint(endpoint);
+                }
+                b = b.with_credentials(p.provider);
+            }
+            if let Some(e) = &options.endpoint {
+                b = b.with_endpoint(e);
+            }
+            if let Some(r) = &options.region {
+                b = b.with_region(r);
+            }
+            if let Some(path_style) = options.path_style {
+                b = b.with_virtual_hosted_style_request(!path_style);
+            }
+            Arc::new(b.build().map_err(bad)?)
+        }
+        "gs" => Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(url.as_str())
+                .with_client_options(client)
+                .build()
+                .map_err(bad)?,
+        ),
+        "az" | "abfs" | "abfss" | "azure" => {
+            let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(url.as_str())
+                .with_client_options(client);
+            if let Some(e) = &options.endpoint {
+                b = b.with_endpoint(e.clone());
+            }
+            Arc::new(b.build().map_err(bad)?)
+        }
+        "http" | "https" => {
+            let base = format!("{}://{}", url.scheme(), url.authority());
+            let store = object_store::http::HttpBuilder::new()
+                .with_url(base)
+                .with_client_options(client)
+                .build()
+                .map_err(bad)?;
+            Arc::new(store)
+        }
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{url}: no object store for `{other}://`"),
+            ));
+        }
+    };
+    Ok((store, prefix))
+}
+
+impl Store for RemoteStore {
+    fn root(&self) -> &str {
+        &self.root
+    }
+
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let metas: Vec<object_store::ObjectMeta> =
+            block_on(self.store.list(prefix).try_collect()).and_then(|r| r.map_err(|e| store_error(&self.root, e)))?;
+        let strip = if self.prefix.as_ref().is_empty() { 0 } else { self.prefix.as_ref().len() + 1 };
+        let mut out: Vec<String> = metas
+            .into_iter()
+            .map(|m| m.location.as_ref().get(strip..).unwrap_or_default().to_string())
+            .filter(|p| !p.is_empty() && !p.split('/').any(hidden))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn open(&self, relative: &str) -> io::Result<Arc<dyn Object>> {
+        let key = self.key_of(relative);
+        let location = self.location_of(relative);
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let meta = block_on(self.store.head(&key)).and_then(|r| r.map_err(|e| store_error(&location, e)))?;
+        let etag =
+            meta.e_tag.clone().ok_or_else(|| io::Error::other(format!("{location}: the store gives no ETag")))?;
+        Ok(Arc::new(RemoteObject {
+            version: format!("{location}\netag {etag}\nsize {}\n", meta.size),
+            content: format!("etag:{} size:{}", etag.trim_matches('"'), meta.size),
+            location,
+            key,
+            size: meta.size,
+            etag,
+            store: self.store.clone(),
+            blocks: self.blocks.clone(),
+            block_bytes: self.block_bytes,
+            stats: self.stats.clone(),
+        }))
+    }
+
+    fn stats(&self) -> Option<StoreStats> {
+        let s = &self.stats;
+        Some(StoreStats {
+            bytes_fetched: s.bytes_fetched.load(Ordering::Relaxed),
+            requests: s.requests.load(Ordering::Relaxed),
+            cache_hits: s.hits.load(Ordering::Relaxed),
+            cache_misses: s.misses.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// One object of a remote store, read in blocks through the node's block cache.
+struct RemoteObject {
+    location: String,
+    key: StorePath,
+    size: u64,
+    etag: String,
+    version: String,
+    content: String,
+    store: Arc<dyn ObjectStore>,
+    blocks: Arc<BlockCache>,
+    block_bytes: u64,
+    stats: Arc<BlockStats>,
+}
+
+impl fmt::Debug for RemoteObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RemoteObject({} {})", self.location, self.etag)
+    }
+}
+
+impl RemoteObject {
+    /// The bytes of `range`, by a request conditional on the ETag.
+    fn fetch(&self, range: Range<u64>) -> io::Result<Vec<u8>> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let options = GetOptions {
+            if_match: Some(self.etag.clone()),
+            range: Some(GetRange::Bounded(range)),
+            ..GetOptions::default()
+        };
+        let got = block_on(async {
+            let result = self.store.get_opts(&self.key, options).await?;
+            result.bytes().await
+        })?;
+        got.map(|b| b.to_vec()).map_err(|e| store_error(&self.location, e))
+    }
+}
+
+impl Object for RemoteObject {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn content_version(&self) -> Option<&str> {
+        Some(&self.content)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if offset >= self.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let b = self.block_bytes;
+        let index = offset / b;
+        let start = index * b;
+        let len = b.min(self.size - start);
+        let within = offset - start;
+        let n = (buf.len() as u64).min(len - within) as usize;
+        self.blocks
+            .read(&self.version, index, len, within, &mut buf[..n], &self.stats, || self.fetch(start..start + len))?;
+        Ok(n)
+    }
+
+    fn unchanged(&self) -> io::Result<bool> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let meta = block_on(self.store.head(&self.key)).and_then(|r| r.map_err(|e| store_error(&self.location, e)))?;
+        Ok(meta.e_tag.as_deref() == Some(self.etag.as_str()) && meta.size == self.size)
+    }
+}
