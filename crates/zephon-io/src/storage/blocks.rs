@@ -45,6 +45,14 @@ pub struct BlockStats {
     pub requests: AtomicU64,
 }
 
+/// One block: of the object version `key`, its `index`-th, holding `len` bytes.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Block<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) index: u64,
+    pub(crate) len: u64,
+}
+
 /// A folder of blocks shared by the processes of a node.
 #[derive(Debug)]
 pub(crate) struct BlockCache {
@@ -76,18 +84,17 @@ impl BlockCache {
         self.dir.join(format!("{PREFIX}{digest}-{index}"))
     }
 
-    /// Reads `buf.len()` bytes at `offset` of block `index` of the object `key` (whose block
-    /// holds `len` bytes), fetching the block with `fetch` when no process has.
+    /// Reads `buf.len()` bytes at `offset` of `block`, fetching it with `fetch` when no process
+    /// of the node has.
     pub(crate) fn read(
         &self,
-        key: &str,
-        index: u64,
-        len: u64,
+        block: Block<'_>,
         offset: u64,
         buf: &mut [u8],
         stats: &BlockStats,
         fetch: impl FnOnce() -> io::Result<Vec<u8>>,
     ) -> io::Result<()> {
+        let Block { key, index, len } = block;
         let path = self.path_of(key, index);
         if self.usable(&path, len) {
             stats.hits.fetch_add(1, Ordering::Relaxed);
@@ -204,7 +211,9 @@ mod tests {
         let stats = BlockStats::default();
         let mut buf = [0u8; 4];
         for round in 0..2 {
-            cache.read("obj", 0, 10, 3, &mut buf, &stats, || Ok(b"0123456789".to_vec())).unwrap();
+            cache
+                .read(Block { key: "obj", index: 0, len: 10 }, 3, &mut buf, &stats, || Ok(b"0123456789".to_vec()))
+                .unwrap();
             assert_eq!(&buf, b"3456", "round {round}");
         }
         assert_eq!((stats.misses.load(Ordering::Relaxed), stats.hits.load(Ordering::Relaxed)), (1, 1));
@@ -214,21 +223,31 @@ mod tests {
         bytes[2] ^= 1;
         fs::write(&path, &bytes).unwrap();
         let fresh = BlockCache::new(tmp.path().join("blocks"), 2 * (10 + TRAILER)).unwrap();
-        fresh.read("obj", 0, 10, 0, &mut buf, &stats, || Ok(b"0123456789".to_vec())).unwrap();
+        fresh
+            .read(Block { key: "obj", index: 0, len: 10 }, 0, &mut buf, &stats, || Ok(b"0123456789".to_vec()))
+            .unwrap();
         assert_eq!(&buf, b"0123");
         assert_eq!(stats.misses.load(Ordering::Relaxed), 2);
         // Two more blocks: the cap holds two, the least recently used goes.
         std::thread::sleep(std::time::Duration::from_millis(20));
-        fresh.read("obj", 1, 10, 0, &mut buf, &stats, || Ok(b"abcdefghij".to_vec())).unwrap();
+        fresh
+            .read(Block { key: "obj", index: 1, len: 10 }, 0, &mut buf, &stats, || Ok(b"abcdefghij".to_vec()))
+            .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
-        fresh.read("obj", 2, 10, 0, &mut buf, &stats, || Ok(b"ABCDEFGHIJ".to_vec())).unwrap();
+        fresh
+            .read(Block { key: "obj", index: 2, len: 10 }, 0, &mut buf, &stats, || Ok(b"ABCDEFGHIJ".to_vec()))
+            .unwrap();
         assert!(!fresh.path_of("obj", 0).exists() && fresh.path_of("obj", 2).exists());
         // Nothing but its own blocks is ever removed.
         fs::write(tmp.path().join("blocks/mine.txt"), b"x").unwrap();
-        fresh.read("obj", 3, 10, 0, &mut buf, &stats, || Ok(b"klmnopqrst".to_vec())).unwrap();
+        fresh
+            .read(Block { key: "obj", index: 3, len: 10 }, 0, &mut buf, &stats, || Ok(b"klmnopqrst".to_vec()))
+            .unwrap();
         assert!(tmp.path().join("blocks/mine.txt").exists());
         // A fetch that comes back short is an error, and leaves nothing behind.
-        let err = fresh.read("obj", 9, 10, 0, &mut buf, &stats, || Ok(b"short".to_vec())).unwrap_err();
+        let err = fresh
+            .read(Block { key: "obj", index: 9, len: 10 }, 0, &mut buf, &stats, || Ok(b"short".to_vec()))
+            .unwrap_err();
         assert!(err.to_string().contains("5 bytes instead of 10"), "{err}");
         assert!(!fresh.path_of("obj", 9).exists());
     }

@@ -143,6 +143,6 @@ fn an_object_replaced_during_a_run_is_refused_naming_it() {
     fs::create_dir_all(cache.join("blocks")).unwrap();
     let mut out = Vec::new();
     ds.read(&[SampleId::new(0, 0, rows - 1)], &mut out);
-    let err = out.remove(0).err().expect("a changed object is refused").to_string();
+    let err = out.remove(0).expect_err("a changed object is refused").to_string();
     assert!(err.contains("s3://bkt/docs/part-0.jsonl") && err.contains("changed since it was opened"), "{err}");
 }

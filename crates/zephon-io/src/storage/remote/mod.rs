@@ -24,7 +24,7 @@ use futures::TryStreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
-use super::blocks::{BlockCache, BlockStats};
+use super::blocks::{Block, BlockCache, BlockStats};
 use super::{Object, Store, StoreStats, hidden};
 use crate::StorageOptions;
 
@@ -139,10 +139,11 @@ fn build(url: &url::Url, options: &StorageOptions) -> io::Result<(Arc<dyn Object
             let mut b =
                 object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str()).with_client_options(client);
             if let Some(p) = credentials::aws_profile()? {
-                if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
-                    if let Some(region) = &p.region {
-                        b = b.with_region(region);
-                    }
+                if std::env::var_os("AWS_REGION").is_none()
+                    && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+                    && let Some(region) = &p.region
+                {
+                    b = b.with_region(region);
                 }
                 if let Some(endpoint) = &p.endpoint {
                     b = b.with_endpoint(endpoint);
@@ -311,8 +312,8 @@ impl Object for RemoteObject {
         let len = b.min(self.size - start);
         let within = offset - start;
         let n = (buf.len() as u64).min(len - within) as usize;
-        self.blocks
-            .read(&self.version, index, len, within, &mut buf[..n], &self.stats, || self.fetch(start..start + len))?;
+        let block = Block { key: &self.version, index, len };
+        self.blocks.read(block, within, &mut buf[..n], &self.stats, || self.fetch(start..start + len))?;
         Ok(n)
     }
 
