@@ -88,6 +88,9 @@ pub struct RunReport {
     /// The most one lane holds, as `explain` states it.
     #[serde(default)]
     pub memory: Option<zephon::MemoryBound>,
+    /// Worker threads of this rank.
+    #[serde(default)]
+    pub threads: usize,
 }
 
 /// The bound the shares hold to at every step without a schedule, for this rank's lanes:
@@ -257,6 +260,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
         first_step,
         notices: loader.notices().to_vec(),
         memory: Some(loader.memory_bound()),
+        threads: loader.threads(),
         ..RunReport::default()
     };
     let mut shares = ShareTracker::new(loader.dataset_names(), loader.share_schedule().cloned(), bound);

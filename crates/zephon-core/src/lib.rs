@@ -69,7 +69,7 @@ pub use checkpoint::{
     Cursor, LanePart, LaneState, RunFingerprint, RunMetadata, SkipTally, Skips, SplitCheckpoint, SteerState,
     TailDropped,
 };
-pub use engine::{BadRecords, CutOff, Engine, ExecOptions, RunSpec, StageTime, Tail};
+pub use engine::{BadRecords, CutOff, DefaultThreads, Engine, ExecOptions, RunSpec, StageTime, Tail};
 pub use error::{Error, Result};
 pub use hash_log::{HashLog, HashLogLine};
 pub use plan::Operators;

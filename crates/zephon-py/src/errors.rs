@@ -51,7 +51,9 @@ impl From<PyZephonError> for PyErr {
             E::Spec { .. } | E::Build(_) | E::Pack(_) | E::Text(_) => SpecError::new_err(msg),
             E::Mix(zephon::mix::Error::Config(_)) => SpecError::new_err(msg),
             E::Mix(_) | E::Io(_) | E::FileSystem(_) => DataError::new_err(msg),
-            E::Core(C::Topology(_) | C::Config(_)) => SpecError::new_err(msg),
+            // The dp rank and size given do not fit the spec's lanes: an argument to fix.
+            E::Core(C::Topology(_)) => pyo3::exceptions::PyValueError::new_err(msg),
+            E::Core(C::Config(_)) => SpecError::new_err(msg),
             E::Core(C::CheckpointFile { .. } | C::CheckpointMismatch { .. }) => CheckpointError::new_err(msg),
             E::Core(C::WorkerPanic(_)) => Error::new_err(msg),
             E::Core(_) => DataError::new_err(msg),

@@ -61,3 +61,46 @@ pub(crate) fn no_panic<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
         }
     }
 }
+
+/// Runs `f` on a thread of its own while the caller waits with the GIL released, looking for
+/// signals every 50 ms: Ctrl-C interrupts the wait (`KeyboardInterrupt`) and `f` runs on to its
+/// end in the background, its result dropped. For the long calls that cannot wait in slices: a
+/// first build that measures the datasets, a validation step.
+pub(crate) fn interruptible<T: Send + 'static>(py: Python<'_>, f: impl FnOnce() -> T + Send + 'static) -> PyResult<T> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("zephon-call".into())
+        .spawn(move || {
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+        })
+        .map_err(|e| errors::Error::new_err(format!("cannot start a thread: {e}")))?;
+    // A receiver is not `Sync`: the wait owns it for its slice and hands it back.
+    let mut rx = Some(rx);
+    loop {
+        let waiting = rx.take().ok_or_else(|| errors::Error::new_err("internal error: the result was lost"))?;
+        let (got, back) = py.detach(move || {
+            let got = waiting.recv_timeout(std::time::Duration::from_millis(50));
+            (got, waiting)
+        });
+        rx = Some(back);
+        match got {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(_)) => return Err(errors::Error::new_err("internal error (a Rust panic; please report it)")),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(errors::Error::new_err("internal error: a call ended without a result"));
+            }
+        }
+    }
+}
+
+/// Says `warnings` through Python's `warnings.warn` (a `UserWarning` each), as the CLI says
+/// them on stderr.
+pub(crate) fn warn_all(py: Python<'_>, warnings: &[String]) -> PyResult<()> {
+    let w = py.import("warnings")?;
+    for m in warnings {
+        w.call_method1("warn", (format!("zephon: {m}"),))?;
+    }
+    Ok(())
+}

@@ -4,13 +4,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use zephon::lane_core::RankEnv;
 use zephon::{Pipeline, Spec, Topology};
 
-use crate::errors::{Error, PyZephonError, SpecError};
+use crate::errors::{Error, PyZephonError};
 use crate::state;
 use crate::step::Step;
 
@@ -47,6 +47,8 @@ pub struct Loader {
     shares: Option<zephon::lane_core::ShareSchedule>,
     /// The process that made it: a Loader copied by `fork` has no engine threads.
     pid: u32,
+    /// Engine worker threads.
+    threads: usize,
 }
 
 struct Inner {
@@ -89,7 +91,7 @@ pub(crate) fn parse_spec(py: Python<'_>, spec: &Bound<'_, PyAny>, base_dir: Opti
                 None => parsed,
             })
         }
-        Some(p) => Err(SpecError::new_err(format!(
+        Some(p) => Err(pyo3::exceptions::PyFileNotFoundError::new_err(format!(
             "spec {}: no such file (give a spec file's path, a TOML string or a dict)",
             p.display()
         ))),
@@ -102,9 +104,9 @@ pub(crate) fn dp_topology(spec: &Spec, dp_rank: Option<u32>, dp_world_size: Opti
     let (world, rank) = match (dp_world_size, dp_rank) {
         (Some(w), Some(r)) => (w, r),
         (None, None) => {
-            let env = RankEnv::detect(|k| std::env::var(k).ok()).map_err(|e| SpecError::new_err(e.to_string()))?;
+            let env = RankEnv::detect(|k| std::env::var(k).ok()).map_err(|e| PyValueError::new_err(e.to_string()))?;
             if env.launcher.is_none() {
-                return Err(SpecError::new_err(
+                return Err(PyValueError::new_err(
                     "no dp_rank/dp_world_size given and no launcher variables set (RANK/WORLD_SIZE, \
                      SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE, PMIX_RANK/PMIX_SIZE): \
                      pass dp_rank=0, dp_world_size=1 for a single process",
@@ -112,12 +114,32 @@ pub(crate) fn dp_topology(spec: &Spec, dp_rank: Option<u32>, dp_world_size: Opti
             }
             (env.world_size, env.rank)
         }
-        _ => return Err(SpecError::new_err("give dp_rank and dp_world_size together")),
+        _ => return Err(PyValueError::new_err("give dp_rank and dp_world_size together")),
     };
     Ok(spec.topology(world, rank).map_err(PyZephonError::from)?)
 }
 
 impl Loader {
+    /// Builds the run if nothing started it yet: the first build opens and measures the data
+    /// (minutes on a large corpus), so it waits interruptibly.
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        let (pipeline, topology) = {
+            let inner = self.inner()?;
+            if inner.running.is_some() {
+                return Ok(());
+            }
+            (inner.pipeline.clone(), self.topology.clone())
+        };
+        let built = crate::interruptible(py, move || pipeline.build(topology))?.map_err(PyZephonError::from)?;
+        let notices = built.notices().to_vec();
+        let mut inner = self.inner()?;
+        if inner.running.is_none() {
+            inner.running = Some(built);
+        }
+        drop(inner);
+        crate::warn_all(py, &notices)
+    }
+
     fn inner(&self) -> PyResult<MutexGuard<'_, Inner>> {
         if std::process::id() != self.pid {
             return Err(Error::new_err(format!(
@@ -167,26 +189,48 @@ impl Loader {
                 exec.prefetch_steps = p;
             }
             if snapshot_every == 0 {
-                return Err(SpecError::new_err(
+                return Err(PyValueError::new_err(
                     "snapshot_every must be at least 1 (steps between checkpointable states)",
                 ));
             }
+            if threads == Some(0) {
+                return Err(PyValueError::new_err("threads must be at least 1"));
+            }
+            crate::warn_all(py, &spec.warnings())?;
             exec.snapshot_every = snapshot_every;
-            let pipeline = py.detach(|| spec.pipeline()).map_err(PyZephonError::from)?.exec(exec);
+            let for_build = spec.clone();
+            let pipeline =
+                crate::interruptible(py, move || for_build.pipeline())?.map_err(PyZephonError::from)?.exec(exec);
             let datasets: Arc<[String]> = spec.datasets.iter().map(|d| d.name.clone()).collect();
             let mut inner = Inner { pipeline, running: None, position: 0 };
             if let Some(dir) = resume_from {
                 let root = resolve_checkpoint(&dir, topology.lanes())?;
-                let loader = py
-                    .detach(|| inner.pipeline.clone().restore(topology.clone(), &root))
-                    .map_err(PyZephonError::from)?;
+                let (pipeline, t) = (inner.pipeline.clone(), topology.clone());
+                let loader =
+                    crate::interruptible(py, move || pipeline.restore(t, &root))?.map_err(PyZephonError::from)?;
+                crate::warn_all(py, loader.notices())?;
                 inner.position = loader.position().0;
                 inner.running = Some(loader);
             }
             let seq_len = spec.pack.as_ref().map(|p| p.seq_len);
             let shares = inner.pipeline.share_schedule().map_err(PyZephonError::from)?;
-            Ok(Loader { inner: Mutex::new(inner), topology, datasets, seq_len, shares, pid: std::process::id() })
+            Ok(Loader {
+                inner: Mutex::new(inner),
+                topology,
+                datasets,
+                seq_len,
+                shares,
+                pid: std::process::id(),
+                threads: exec.threads,
+            })
         })
+    }
+
+    /// Engine worker threads: by default this process's cores shared among the ranks its
+    /// launcher started on the node (`LOCAL_WORLD_SIZE`, Slurm's tasks per node), at least 1.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.threads
     }
 
     /// L, the run's lane count (fixed for its life).
@@ -206,6 +250,12 @@ impl Loader {
     #[getter]
     fn local_rows(&self) -> PyResult<u32> {
         Ok(self.topology.local_rows_at(self.inner()?.position))
+    }
+
+    /// G as a schedule: `(first step, rows per global step)` for each segment, from step 0.
+    #[getter]
+    fn rows_schedule(&self) -> Vec<(u64, u32)> {
+        self.topology.rows_per_step().segments().to_vec()
     }
 
     /// G(step), the rows of global step `step`: for a learning rate that follows the batch size.
@@ -284,6 +334,7 @@ impl Loader {
     /// step still counts: ranks that keep calling stay in step). Waits with the GIL released,
     /// and returns promptly on Ctrl-C.
     fn next_step(&self, py: Python<'_>) -> PyResult<Option<Step>> {
+        self.start(py)?;
         loop {
             let ready = self
                 .detached(py, |inner, t| -> zephon::Result<bool> { Ok(inner.running(t)?.wait_ready(SIGNAL_SLICE)) })?;
@@ -348,7 +399,9 @@ impl Loader {
             Some(j) => j.map_err(|e| Error::new_err(e.to_string()))?,
             None => "{\"datasets\": []}".to_string(),
         };
-        py.import("json")?.call_method1("loads", (json,))
+        let report = py.import("json")?.call_method1("loads", (json,))?;
+        report.set_item("threads", self.threads)?;
+        Ok(report)
     }
 
     /// The plan: datasets, estimates, work source, operators, buffers.

@@ -53,22 +53,46 @@ impl Step {
         self.step.is_partial()
     }
 
-    /// All rows stacked into columns: a dict of numpy arrays (lists for text and bytes
-    /// fields). With `int64=True`, integer token columns (`input_ids`, `labels`, `positions`,
-    /// `segment_ids`, `cu_seqlens`) are widened to int64 in Rust, as PyTorch wants them.
-    #[pyo3(signature = (*, int64 = false))]
-    fn batch<'py>(&self, py: Python<'py>, int64: bool) -> PyResult<Bound<'py, PyDict>> {
-        crate::no_panic(|| {
+    /// All rows stacked into columns: a `zephon_rs.Batch` (a dict of numpy arrays, lists for
+    /// text and bytes fields) whose `label_convention` says how its `labels` are meant. With
+    /// `int64=True`, integer token columns (`input_ids`, `labels`, `positions`, `segment_ids`,
+    /// `cu_seqlens`) are widened to int64 in Rust, as PyTorch wants them.
+    ///
+    /// `layout="zephon"` (the default): every column, `labels` already shifted to the next
+    /// token (`label_convention == "next_token"`: for models that do not shift, as
+    /// TorchTitan's). `layout="hf"`: what a Hugging Face causal LM takes, `input_ids`,
+    /// `labels` as it expects them (the tokens themselves, -100 at each row's and document's
+    /// first token and where the loss mask is 0: the model shifts) and `position_ids`
+    /// restarting at every document, int64 (`label_convention == "hf"`). `layout="hf_flat"`:
+    /// the same with every row's tokens in one row of `[1, tokens]` without padding, as
+    /// `DataCollatorWithFlattening` makes it for FlashAttention's packed sequences.
+    #[pyo3(signature = (*, int64 = false, layout = "zephon"))]
+    fn batch<'py>(&self, py: Python<'py>, int64: bool, layout: &str) -> PyResult<Bound<'py, PyAny>> {
+        let columns = crate::no_panic(|| {
             let step = self.step.clone();
             let batch = py.detach(move || step.to_batch().map(|b| widen(b, int64))).map_err(PyZephonError::from)?;
             batch_dict(py, batch)
-        })
+        })?;
+        finish(py, columns, layout)
     }
 
     /// The step cut into microbatches of `size` rows, in order, each as `batch()` gives it.
     /// `size` must divide this rank's rows.
-    #[pyo3(signature = (size, *, int64 = false))]
-    fn microbatches<'py>(&self, py: Python<'py>, size: usize, int64: bool) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    #[pyo3(signature = (size, *, int64 = false, layout = "zephon"))]
+    fn microbatches<'py>(
+        &self,
+        py: Python<'py>,
+        size: usize,
+        int64: bool,
+        layout: &str,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let rows = self.step.rows().count();
+        if size == 0 || (!rows.is_multiple_of(size) && !self.step.is_partial()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "microbatch size {size} does not divide this rank's {rows} rows of step {}",
+                self.step.step().0
+            )));
+        }
         crate::no_panic(|| {
             let step = self.step.clone();
             let batches = py
@@ -76,7 +100,7 @@ impl Step {
                     step.microbatches(size)?.iter().map(|m| m.to_batch().map(|b| widen(b, int64))).collect()
                 })
                 .map_err(PyZephonError::from)?;
-            batches.into_iter().map(|b| batch_dict(py, b)).collect()
+            batches.into_iter().map(|b| finish(py, batch_dict(py, b)?, layout)).collect()
         })
     }
 
@@ -139,6 +163,11 @@ fn widen(batch: Batch, int64: bool) -> Batch {
             None => a,
         }
     })
+}
+
+/// A batch's columns as a `zephon_rs.Batch` in `layout` (see `Step.batch`).
+fn finish<'py>(py: Python<'py>, columns: Bound<'py, PyDict>, layout: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("zephon_rs._batch")?.getattr("finish")?.call1((columns, layout))
 }
 
 /// The columns of `batch` as a dict of numpy arrays.

@@ -16,8 +16,12 @@ use crate::step::Step;
 /// `ValidationLoader(spec, *, dp_rank=None, dp_world_size=None, threads=None, base_dir=None)`
 #[pyclass(module = "zephon_rs")]
 pub struct ValidationLoader {
-    inner: Mutex<zephon::ValidationLoader>,
+    inner: Arc<Mutex<zephon::ValidationLoader>>,
     datasets: Arc<[String]>,
+    /// This rank's rows of a step.
+    local_rows: u32,
+    /// Tokens a row.
+    seq_len: Option<usize>,
 }
 
 #[pymethods]
@@ -40,18 +44,20 @@ impl ValidationLoader {
             let topology = dp_topology(&spec, dp_rank, dp_world_size)?;
             let datasets: Arc<[String]> =
                 spec.validation.iter().flat_map(|v| v.datasets.iter().map(|d| d.name.clone())).collect();
-            let loader = py
-                .detach(|| -> zephon::Result<_> {
-                    let v = spec
-                        .validation()?
-                        .ok_or_else(|| zephon::Error::Build("the spec has no [validation] table".into()))?;
-                    v.build(topology)
-                })
-                .map_err(|e| match e {
-                    zephon::Error::Build(m) if m.contains("no [validation]") => SpecError::new_err(m),
-                    e => PyZephonError::from(e).into(),
-                })?;
-            Ok(ValidationLoader { inner: Mutex::new(loader), datasets })
+            crate::warn_all(py, &spec.warnings())?;
+            let seq_len = spec.pack.as_ref().map(|p| p.seq_len);
+            let loader = crate::interruptible(py, move || -> zephon::Result<_> {
+                let v = spec
+                    .validation()?
+                    .ok_or_else(|| zephon::Error::Build("the spec has no [validation] table".into()))?;
+                v.build(topology)
+            })?
+            .map_err(|e| match e {
+                zephon::Error::Build(m) if m.contains("no [validation]") => SpecError::new_err(m),
+                e => PyZephonError::from(e).into(),
+            })?;
+            let local_rows = loader.topology().local_rows_at(0);
+            Ok(ValidationLoader { inner: Arc::new(Mutex::new(loader)), datasets, local_rows, seq_len })
         })
     }
 
@@ -59,10 +65,23 @@ impl ValidationLoader {
         slf
     }
 
+    /// The next step, waiting interruptibly (Ctrl-C).
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Step>> {
-        let got =
-            crate::no_panic(|| Ok(py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).next_step())))?;
+        let inner = self.inner.clone();
+        let got = crate::interruptible(py, move || inner.lock().unwrap_or_else(|p| p.into_inner()).next_step())?;
         Ok(got.map_err(PyZephonError::from)?.map(|s| Step::new(s, self.datasets.clone())))
+    }
+
+    /// This rank's rows of a step.
+    #[getter]
+    fn local_rows(&self) -> u32 {
+        self.local_rows
+    }
+
+    /// Tokens a row (the spec's `[pack] seq_len`).
+    #[getter]
+    fn seq_len(&self) -> Option<usize> {
+        self.seq_len
     }
 
     /// Steps of the whole pass (the same on every rank).

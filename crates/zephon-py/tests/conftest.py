@@ -38,9 +38,10 @@ def data() -> Path:
 
 
 def text_spec(data: Path, *, lanes: int = 8, rows: int = 16, seq_len: int = 512, seed: int = 7,
-              extra: str = "", threads: int = 2) -> str:
+              extra: str = "", threads: int | None = 2) -> str:
     """Corpus A (JSONL) and corpus B (Parquet) 50/50 by tokens, GPT-2, ensure_mixture,
-    best-fit packing, a shuffle buffer."""
+    best-fit packing, a shuffle buffer; `threads=None` leaves the default."""
+    run = "" if threads is None else f"[run]\nthreads = {threads}\n"
     return textwrap.dedent(f"""\
         seed = {seed}
         lanes = {lanes}
@@ -67,9 +68,7 @@ def text_spec(data: Path, *, lanes: int = 8, rows: int = 16, seq_len: int = 512,
         pad_id = 50256
         [shuffle]
         buffer = 8
-        [run]
-        threads = {threads}
-        """) + extra
+        """) + run + extra
 
 
 @pytest.fixture

@@ -61,7 +61,7 @@ def test_microbatches_are_slices_of_the_step(spec_file):
     assert len(parts) == 4
     for k in whole:
         np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
-    with pytest.raises(zephon_rs.Error, match="does not divide"):
+    with pytest.raises(ValueError, match="does not divide"):
         step.microbatches(5)
 
 
@@ -81,18 +81,18 @@ def test_ranks_come_from_arguments_or_the_launcher_and_never_default(spec_file, 
     for k in ["RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
               "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMIX_SIZE"]:
         monkeypatch.delenv(k, raising=False)
-    with pytest.raises(zephon_rs.SpecError, match="no dp_rank/dp_world_size given"):
+    with pytest.raises(ValueError, match="no dp_rank/dp_world_size given"):
         zephon_rs.Loader(spec_file)
-    with pytest.raises(zephon_rs.SpecError, match="together"):
+    with pytest.raises(ValueError, match="together"):
         zephon_rs.Loader(spec_file, dp_rank=0)
     monkeypatch.setenv("SLURM_PROCID", "3")
     monkeypatch.setenv("SLURM_NTASKS", "4")
     loader = zephon_rs.Loader(spec_file)
     assert (loader.dp_rank, loader.dp_world_size, loader.owned_lanes) == (3, 4, [6, 7])
     monkeypatch.setenv("RANK", "1")
-    with pytest.raises(zephon_rs.SpecError, match="RANK and WORLD_SIZE must be set together"):
+    with pytest.raises(ValueError, match="RANK and WORLD_SIZE must be set together"):
         zephon_rs.Loader(spec_file)
-    with pytest.raises(zephon_rs.SpecError, match="must divide the lane count"):
+    with pytest.raises(ValueError, match="must divide the lane count"):
         zephon_rs.Loader(spec_file, dp_rank=0, dp_world_size=3)
 
 
@@ -215,7 +215,7 @@ threads = 1
 def test_a_bad_spec_is_a_spec_error_naming_the_key(tmp_path, spec_file):
     with pytest.raises(zephon_rs.SpecError, match="colour"):
         zephon_rs.Loader(spec_file.read_text() + "colour = 3\n", dp_rank=0, dp_world_size=1)
-    with pytest.raises(zephon_rs.SpecError, match="no such file"):
+    with pytest.raises(FileNotFoundError, match="no such file"):
         zephon_rs.Loader(tmp_path / "missing.toml", dp_rank=0, dp_world_size=1)
     with pytest.raises(TypeError):
         zephon_rs.Loader(42, dp_rank=0, dp_world_size=1)

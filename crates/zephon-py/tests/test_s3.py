@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,8 @@ def s3(tmp_path: Path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = open(tmp_path / "moto.log", "wb")
+    proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
     endpoint = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -44,6 +43,7 @@ def s3(tmp_path: Path):
     finally:
         proc.kill()
         proc.wait()
+        log.close()
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -51,16 +51,31 @@ def s3(tmp_path: Path):
                 os.environ[k] = v
 
 
-def put(endpoint: str, path: str, body: bytes = b"") -> None:
-    # moto takes unsigned uploads.
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{path}", data=body, method="PUT")).read()
+def upload(endpoint: str, root: Path, bucket: str, prefix: str) -> None:
+    """Uploads every file under `root` to `bucket/prefix/...` with boto3 from moto's own
+    environment: signed requests, as a client with credentials sends them."""
+    python = Path(os.environ["ZEPHON_MOTO_SERVER"]).with_name("python")
+    script = (
+        "import os, sys, boto3\n"
+        "endpoint, root, bucket, prefix = sys.argv[1:5]\n"
+        "s3 = boto3.client('s3', endpoint_url=endpoint, aws_access_key_id='k',"
+        " aws_secret_access_key='s', region_name='us-east-1')\n"
+        "try:\n"
+        "    s3.create_bucket(Bucket=bucket)\n"
+        "except s3.exceptions.BucketAlreadyOwnedByYou:\n"
+        "    pass\n"
+        "for d, _, names in sorted(os.walk(root)):\n"
+        "    for n in sorted(names):\n"
+        "        p = os.path.join(d, n)\n"
+        "        s3.upload_file(p, bucket, prefix + '/' + os.path.relpath(p, root))\n"
+    )
+    subprocess.run([str(python), "-c", script, endpoint, str(root), bucket, prefix], check=True,
+                   timeout=300)
 
 
 def test_a_loader_over_s3_gives_the_steps_of_the_same_files_on_disk(tmp_path, data, s3):
-    put(s3, "corpora")
     for corpus, fmt in (("a", "jsonl"), ("b", "parquet")):
-        for f in sorted((data / "corpora" / corpus / fmt).iterdir()):
-            put(s3, f"corpora/{corpus}/{fmt}/{f.name}", f.read_bytes())
+        upload(s3, data / "corpora" / corpus / fmt, "corpora", f"{corpus}/{fmt}")
     storage = (f'\n[storage]\nendpoint = "{s3}"\nallow_http = true\npath_style = true\n'
                f'cache_dir = "{tmp_path / "blocks"}"\n')
     local = text_spec(data, extra=storage)

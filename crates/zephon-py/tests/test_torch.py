@@ -127,9 +127,9 @@ def test_the_torchtitan_loader_is_built_and_checkpointed_as_torchtitan_does(tmp_
     inside = (pos[1:] == pos[:-1] + 1)
     assert torch.equal(lab[:-1][inside], ids[1:][inside])
     assert (lab[:-1][~inside] == -100).all()
-    # The trainer's sizes must be the spec's.
+    # The trainer's microbatch must divide the spec's rows of a step.
     with pytest.raises(ValueError, match="spec .* gives"):
-        titan_build(str(spec_file), 1, 0, **({"num_tokens_per_batch": 1024} if flat else {"local_batch_size": 8}))
+        titan_build(str(spec_file), 1, 0, **({"num_tokens_per_batch": 1536} if flat else {"local_batch_size": 5}))
     # TorchTitan's checkpointer keeps the state under "dataloader", per lane.
     if flat:
         return

@@ -93,8 +93,15 @@ impl Assembled {
             .with(PlanNode::new(
                 "execution",
                 format!(
-                    "{} worker threads, prefetch {} steps per lane, units of {} samples, snapshots every {} steps",
-                    exec.threads, exec.prefetch_steps, exec.unit_samples, exec.snapshot_every
+                    "{} worker threads{}, prefetch {} steps per lane, units of {} samples, snapshots every {} steps",
+                    exec.threads,
+                    {
+                        let d = zephon_core::DefaultThreads::from_env();
+                        if d.threads == exec.threads { format!(" ({})", d.describe()) } else { String::new() }
+                    },
+                    exec.prefetch_steps,
+                    exec.unit_samples,
+                    exec.snapshot_every
                 ),
             ))
             .with(PlanNode::new("memory", self.memory(topology, exec).describe()))

@@ -323,6 +323,12 @@ impl Loader {
             .collect()
     }
 
+    /// The worker threads this rank runs (by default its cores shared among the ranks of its
+    /// node, [`zephon_core::DefaultThreads`]).
+    pub fn threads(&self) -> usize {
+        self.exec.threads
+    }
+
     /// The most one lane of this rank holds, part by part, as `explain` states it.
     pub fn memory_bound(&self) -> crate::MemoryBound {
         self.assembled.memory(self.engine.topology(), &self.exec)

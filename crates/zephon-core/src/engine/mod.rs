@@ -37,7 +37,7 @@ use zephon_operator::{Lane, LaneContext, Record, Step};
 use lane::{LaneRun, LaneSetup, ReadBudget};
 use schedule::{Dispatch, Inbox, LaneProgress, Output, Sched, Shared, Slot, lock};
 
-pub use settings::{BadRecords, ExecOptions, RunSpec, Tail};
+pub use settings::{BadRecords, DefaultThreads, ExecOptions, RunSpec, Tail};
 pub use timing::StageTime;
 
 /// Runs a pipeline for this rank's lanes and hands out local steps in order.

@@ -109,12 +109,54 @@ pub struct ExecOptions {
 impl Default for ExecOptions {
     fn default() -> Self {
         ExecOptions {
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: DefaultThreads::from_env().threads,
             prefetch_steps: 2,
             unit_samples: 16,
             snapshot_every: 1,
             snapshot_at: None,
             digests_by_workers: true,
+        }
+    }
+}
+
+/// The worker threads a process takes when none are asked for: its cores shared among the
+/// ranks a launcher started on the node, at least one. Eight ranks of a node that each took
+/// every core would run eight times as many threads as cores, beside the trainer's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultThreads {
+    /// The threads.
+    pub threads: usize,
+    /// The cores this process may run on.
+    pub cores: usize,
+    /// The launcher variable that gave the ranks of this node, and their number.
+    pub local_ranks: Option<(&'static str, usize)>,
+}
+
+impl DefaultThreads {
+    /// Variables launchers set to the number of ranks on this node, in the order read.
+    pub const LOCAL_RANK_VARS: [&'static str; 4] =
+        ["LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"];
+
+    /// From the cores of this process and the launcher's variables.
+    pub fn from_env() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        DefaultThreads::of(cores, |k| std::env::var(k).ok())
+    }
+
+    /// From `cores` and the variables `var` reads.
+    pub fn of(cores: usize, var: impl Fn(&str) -> Option<String>) -> Self {
+        let local_ranks = Self::LOCAL_RANK_VARS
+            .iter()
+            .find_map(|&k| var(k).and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0).map(|n| (k, n)));
+        let threads = (cores / local_ranks.map_or(1, |(_, n)| n)).max(1);
+        DefaultThreads { threads, cores, local_ranks }
+    }
+
+    /// In words: `16 cores / LOCAL_WORLD_SIZE 8`.
+    pub fn describe(&self) -> String {
+        match self.local_ranks {
+            Some((k, n)) => format!("{} cores / {k} {n}", self.cores),
+            None => format!("{} cores", self.cores),
         }
     }
 }
@@ -174,5 +216,23 @@ impl std::fmt::Debug for RunSpec {
             .field("bad_records", &self.bad_records)
             .field("tail", &self.tail)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_threads_share_the_cores_among_the_ranks_of_the_node() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(DefaultThreads::of(16, env(&[])).threads, 16);
+        let torchrun = DefaultThreads::of(16, env(&[("LOCAL_WORLD_SIZE", "8")]));
+        assert_eq!((torchrun.threads, torchrun.describe().as_str()), (2, "16 cores / LOCAL_WORLD_SIZE 8"));
+        assert_eq!(DefaultThreads::of(4, env(&[("SLURM_NTASKS_PER_NODE", "8")])).threads, 1, "at least one");
+        assert_eq!(DefaultThreads::of(16, env(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "4")])).threads, 4);
+        assert_eq!(DefaultThreads::of(16, env(&[("LOCAL_WORLD_SIZE", "zero")])).threads, 16, "not a number");
     }
 }

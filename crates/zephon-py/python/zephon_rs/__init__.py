@@ -15,6 +15,7 @@ sizes. This package is zephon's Rust loader, driven from Python::
 not a dependency of this package).
 """
 
+from ._batch import Batch
 from ._native import (
     CHECKPOINT_FORMAT,
     CheckpointError,
@@ -29,6 +30,7 @@ from ._native import (
 )
 
 __all__ = [
+    "Batch",
     "CHECKPOINT_FORMAT",
     "CheckpointError",
     "DataError",

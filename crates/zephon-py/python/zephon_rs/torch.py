@@ -90,31 +90,38 @@ def _make_titan_loader() -> type:
 
     class TitanDataLoader(base):  # type: ignore[misc, valid-type]
         """A TorchTitan data loader over a zephon spec. It yields ``({"input": ids,
-        "positions": positions}, labels)`` as int64 CPU tensors: ``[B, L]`` for TorchTitan 0.3
-        (``B = local_batch_size``, ``L = seq_len``), flat ``[T]`` for TorchTitan's data package
-        (``T = num_tokens_per_batch``). Positions restart at 0 at every document, which is how
-        TorchTitan finds documents for its attention masks; labels are the next token within a
-        document, -100 elsewhere. The spec decides the data; the trainer's sizes must match it,
-        and a mismatch is refused naming both."""
+        "positions": positions}, labels)`` as int64 CPU tensors, one microbatch at a time:
+        ``[B, L]`` for TorchTitan 0.3 (``B = local_batch_size``, ``L = seq_len``), flat ``[T]``
+        for TorchTitan's data package (``T = num_tokens_per_batch``). Positions restart at 0 at
+        every document, which is how TorchTitan finds documents for its attention masks; labels
+        are the next token within a document, -100 elsewhere.
+
+        A zephon step (the spec's rows per step, split over the dp ranks) is one optimizer step:
+        each rank's rows of it come as ``local_rows / local_batch_size`` microbatches, which
+        TorchTitan's gradient accumulation covers (``global_batch_size`` = the spec's rows per
+        step). TorchTitan keeps ``local_batch_size`` when the dp size changes and changes its
+        accumulation, so a run checkpointed at dp 16 resumes at dp 8 with the same memory per
+        GPU. Its state is taken between steps only. Built by TorchTitan's validator
+        (``repeat=False`` / ``infinite=False``), it reads the spec's ``[validation]`` pass: every
+        held-out record once, ending on the same step on every rank."""
 
         @dataclasses.dataclass(kw_only=True, slots=True)
         class Config(base.Config):  # type: ignore[misc, name-defined]
             spec: str = ""
             """The zephon spec (a TOML file) that makes the data."""
             threads: Optional[int] = None
-            """Engine worker threads (default: the spec's, else every core)."""
+            """Engine worker threads (default: the spec's, else this process's cores shared
+            among the ranks of its node, ``LOCAL_WORLD_SIZE``)."""
             snapshot_every: int = 1
             """Steps between the states a checkpoint can take (`Loader(snapshot_every=...)`): the
             trainer's checkpoint interval in loader steps makes steps cheaper, but a checkpoint
             at any other step is then refused."""
             if flat:
                 repeat: bool = True
-                """Set by TorchTitan's validator; whether the data repeats is the spec's
-                ``[source] exhaustion``."""
+                """False (TorchTitan's validator): the spec's ``[validation]`` pass, read once."""
             else:
                 infinite: bool = True
-                """Set by TorchTitan's validator; whether the data repeats is the spec's
-                ``[source] exhaustion``."""
+                """False (TorchTitan's validator): the spec's ``[validation]`` pass, read once."""
 
         def __init__(
             self,
@@ -135,46 +142,89 @@ def _make_titan_loader() -> type:
             self.config = config
             self.flat = flat
             self.last_step: Optional[Any] = None
-            """The zephon ``Step`` behind the last batch (its provenance and lane digests)."""
-            # The trainer may checkpoint at a step off its interval (at the end of training), so
-            # every step keeps its state unless the config says otherwise.
-            self.loader = Loader(config.spec, dp_rank=dp_rank, dp_world_size=dp_world_size, threads=config.threads,
-                                 snapshot_every=config.snapshot_every)
-            rows, length = self.loader.local_rows, self.loader.seq_len
+            """The zephon ``Step`` behind the last microbatch (its provenance and lane digests)."""
+            self.validation = not (config.repeat if flat else config.infinite)
+            self._pending = 0
+            """Microbatches of the current step not handed out yet (0: between steps)."""
+            if self.validation:
+                from ._native import ValidationLoader
+
+                self.loader = ValidationLoader(config.spec, dp_rank=dp_rank, dp_world_size=dp_world_size,
+                                               threads=config.threads)
+                rows = self.loader.local_rows
+                schedule = [(0, rows * dp_world_size)]
+            else:
+                # The trainer may checkpoint at a step off its interval (at the end of training),
+                # so every step keeps its state unless the config says otherwise.
+                self.loader = Loader(config.spec, dp_rank=dp_rank, dp_world_size=dp_world_size,
+                                     threads=config.threads, snapshot_every=config.snapshot_every)
+                rows = self.loader.local_rows
+                schedule = self.loader.rows_schedule
+            length = self.loader.seq_len
             if length is None:
                 raise ValueError(f"spec {config.spec}: TorchTitan needs fixed-length rows: give it a [pack] table")
-            want = {
-                "local_batch_size": (local_batch_size, rows),
-                "seq_len": (seq_len, length),
-                "num_tokens_per_batch": (num_tokens_per_batch, rows * length),
-            }
-            for name, (got, ours) in want.items():
-                if got is not None and got != ours:
+            where = f"spec {config.spec} at dp size {dp_world_size}"
+            if len(schedule) > 1:
+                step, g = schedule[1]
+                raise ValueError(
+                    f"{where}: rows per step change at step {step} (to {g}), but TorchTitan's gradient accumulation "
+                    f"is fixed for a run: give the spec one rows_per_step, or train each segment as a run of its own"
+                )
+            if flat:
+                micro = num_tokens_per_batch if num_tokens_per_batch is not None else rows * length
+                if micro % length or (rows * length) % micro:
                     raise ValueError(
-                        f"{name} = {got}, but spec {config.spec} gives {ours} at dp size {dp_world_size} "
-                        f"({self.loader.rows_per_step} rows of {length} tokens a step, {rows} on each rank)"
+                        f"num_tokens_per_batch = {micro}, but {where} gives {rows} rows of {length} tokens on each "
+                        f"rank a step: give a multiple of {length} that divides {rows * length}"
                     )
+                self.micro_rows = micro // length
+            else:
+                if seq_len is not None and seq_len != length:
+                    raise ValueError(f"seq_len = {seq_len}, but {where} gives rows of {length} tokens")
+                micro = local_batch_size if local_batch_size is not None else rows
+                if micro <= 0 or rows % micro:
+                    raise ValueError(
+                        f"local_batch_size = {micro}, but {where} gives {rows} rows on each rank a step: give a "
+                        f"local_batch_size that divides {rows}"
+                    )
+                self.micro_rows = micro
             if max_context_length is not None and max_context_length < length:
                 raise ValueError(f"max_context_length = {max_context_length} is shorter than the spec's rows of {length}")
+            self.microbatches_per_step = rows // self.micro_rows
+            """Microbatches a step gives on each rank: the gradient accumulation the trainer needs."""
 
         def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
             for step in self.loader:
+                if step is None:
+                    return
                 self.last_step = step
-                b = step.batch(int64=True)
-                ids, pos, labels = (as_tensor(b[k]) for k in ("input_ids", "positions", "labels"))
-                if self.flat:
-                    ids, pos, labels = ids.reshape(-1), pos.reshape(-1), labels.reshape(-1)
-                yield {"input": ids, "positions": pos}, labels
+                batches = step.microbatches(self.micro_rows, int64=True)
+                for k, b in enumerate(batches):
+                    self._pending = len(batches) - k - 1
+                    ids, pos, labels = (as_tensor(b[c]) for c in ("input_ids", "positions", "labels"))
+                    if self.flat:
+                        ids, pos, labels = ids.reshape(-1), pos.reshape(-1), labels.reshape(-1)
+                    yield {"input": ids, "positions": pos}, labels
 
         def state_dict(self) -> dict[str, Any]:
+            if self._pending and self.last_step is not None:
+                taken = self.microbatches_per_step - self._pending
+                raise RuntimeError(
+                    f"a checkpoint between microbatches: step {self.last_step.index} has "
+                    f"{self.microbatches_per_step} microbatches on this rank and {taken} were taken; "
+                    "checkpoint after a step's last microbatch (TorchTitan does, after its gradient accumulation)"
+                )
+            if self.validation:
+                return {}
             return self.loader.state_dict()
 
         def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-            if state_dict:
+            if state_dict and not self.validation:
                 self.loader.load_state_dict(state_dict)
 
         def close(self) -> None:
-            self.loader.close()
+            if not self.validation:
+                self.loader.close()
 
     TitanDataLoader.__module__ = TitanDataLoader.Config.__module__ = __name__
     return TitanDataLoader
