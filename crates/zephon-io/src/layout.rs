@@ -424,7 +424,7 @@ impl Layout {
         Ok(Layout { format, shards: shards.into_iter().map(|(s, _)| s).collect(), found })
     }
 
-    /// What its stores did so far (bytes fetched, requests, block cache hits and misses),
+    /// What its stores did so far (bytes fetched, requests, block cache hits and misses, retries),
     /// summed over its distinct stores; `None` when none counts (local files).
     pub fn stats(&self) -> Option<crate::storage::StoreStats> {
         let mut seen: Vec<*const ()> = Vec::new();
@@ -436,11 +436,7 @@ impl Layout {
             }
             seen.push(id);
             if let Some(s) = shard.store.stats() {
-                let t = total.get_or_insert_with(Default::default);
-                t.bytes_fetched += s.bytes_fetched;
-                t.requests += s.requests;
-                t.cache_hits += s.cache_hits;
-                t.cache_misses += s.cache_misses;
+                *total.get_or_insert_with(Default::default) += s;
             }
         }
         total

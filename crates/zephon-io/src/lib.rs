@@ -111,14 +111,46 @@ pub struct StorageOptions {
     pub cache_dir: Option<PathBuf>,
     /// The most bytes of blocks the cache holds (default 16 GiB); the least recently used go.
     pub cache_bytes: Option<u64>,
-    /// Seconds a request may take before it is retried (default: `object_store`'s).
+    /// Seconds one try of a request may take in all (default: no limit; the stall timeout
+    /// watches progress instead).
     pub timeout_s: Option<f64>,
+    /// Seconds a request may go without a byte arriving before it is cut and tried again
+    /// (default 30).
+    pub stall_timeout_s: Option<f64>,
+    /// Tries of a request after the first, with exponential backoff and jitter, for 5xx and
+    /// 429 answers, resets, bodies cut short and stalls (default 10).
+    pub retries: Option<u32>,
 }
 
 impl StorageOptions {
     /// Bytes of a block.
     pub fn block_bytes(&self) -> u64 {
         self.block_bytes.unwrap_or(8 << 20).max(1)
+    }
+
+    /// Refuses settings no store can work with, naming the key.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        for (key, v) in [("stall_timeout_s", self.stall_timeout_s), ("timeout_s", self.timeout_s)] {
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0)
+            {
+                return Err(format!("[storage] {key} = {v}: give a positive number of seconds"));
+            }
+        }
+        if self.block_bytes == Some(0) {
+            return Err("[storage] block_bytes = 0: give a positive number of bytes".into());
+        }
+        Ok(())
+    }
+
+    /// How long a request may go without a byte arriving.
+    pub fn stall_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.stall_timeout_s.unwrap_or(30.0).max(0.001))
+    }
+
+    /// Tries of a request after the first.
+    pub fn retries(&self) -> u32 {
+        self.retries.unwrap_or(10)
     }
 
     /// The most bytes the block cache holds.
@@ -141,9 +173,12 @@ impl StorageOptions {
             .map_or_else(|| "blocks/ under the cache folder".into(), |d| d.display().to_string());
         let endpoint = self.endpoint.as_ref().map_or(String::new(), |e| format!(", endpoint {e}"));
         format!(
-            "object stores read in blocks of {} bytes, cached for the node in {dir} (at most {} bytes){endpoint}",
+            "object stores read in blocks of {} bytes, cached for the node in {dir} (at most {} bytes){endpoint}; \
+             {} retries, stall timeout {} s",
             self.block_bytes(),
-            self.cache_bytes()
+            self.cache_bytes(),
+            self.retries(),
+            self.stall_timeout().as_secs_f64()
         )
     }
 }

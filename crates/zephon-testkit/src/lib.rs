@@ -13,12 +13,14 @@
 
 #![allow(missing_docs)]
 
+mod faults;
 mod images;
 mod many;
 mod ranks;
 mod s3;
 mod spec_text;
 
+pub use faults::{Fault, FaultCounts, FaultProxy, Faults};
 pub use images::{IMAGE, ImageTokenize, Split, image_corpus, images_of, span_len};
 pub use many::{ManySources, many_sources};
 pub use ranks::{rank_process, spawn_ranks};

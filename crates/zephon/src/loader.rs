@@ -63,6 +63,13 @@ pub struct DatasetReport {
     /// Blocks of it fetched into the cache.
     #[serde(default)]
     pub cache_misses: u64,
+    /// Requests to it tried again after a fault (a 5xx or 429 answer, a reset, a body cut
+    /// short, a stall); retries never change bytes.
+    #[serde(default)]
+    pub retries: u64,
+    /// Of those, requests cut by the stall timeout (`[storage] stall_timeout_s`).
+    #[serde(default)]
+    pub stalls: u64,
     /// Tokens of this dataset in rows the end of finite data left out (`tail = "drop"`).
     pub tail_dropped_tokens: u64,
     /// The documents (shard, row) those rows held pieces of: each came in part or not at all.
@@ -252,8 +259,8 @@ impl Loader {
             .collect();
         for (r, layout) in datasets.iter_mut().zip(&self.assembled.layouts) {
             if let Some(s) = layout.stats() {
-                (r.bytes_fetched, r.requests, r.cache_hits, r.cache_misses) =
-                    (s.bytes_fetched, s.requests, s.cache_hits, s.cache_misses);
+                (r.bytes_fetched, r.requests, r.cache_hits, r.cache_misses, r.retries, r.stalls) =
+                    (s.bytes_fetched, s.requests, s.cache_hits, s.cache_misses, s.retries, s.stalls);
             }
         }
         let lanes = self.engine.lane_states();

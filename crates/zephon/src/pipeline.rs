@@ -255,6 +255,7 @@ impl Pipeline {
         // Assembled first: a pipeline in the wrong order is refused before data is opened or
         // measured.
         let operators = self.operators(shares.as_deref())?;
+        m.storage.check().map_err(Error::Build)?;
         let (opened, layouts): (Vec<_>, Vec<_>) = m
             .datasets
             .iter()

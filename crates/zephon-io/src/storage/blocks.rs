@@ -120,16 +120,10 @@ impl BlockCache {
                     ));
                 }
                 stats.bytes_fetched.fetch_add(len, Ordering::Relaxed);
-                write_atomic(&path, |f| {
-                    use io::Write;
-                    f.write_all(&bytes)?;
-                    f.write_all(&len.to_le_bytes())?;
-                    f.write_all(&Sha256::digest(&bytes))?;
-                    f.write_all(MAGIC)
-                })?;
+                self.write_block(&path, &bytes)?;
                 self.lock_checked().insert(path.clone());
                 if self.used.fetch_add(len + TRAILER, Ordering::Relaxed) + len + TRAILER > self.cap {
-                    self.evict(&path);
+                    self.evict(&path, self.cap);
                 }
             }
             drop(lock);
@@ -139,6 +133,43 @@ impl BlockCache {
         // Touched on use, so that eviction takes the least recently used.
         let _ = file.set_modified(SystemTime::now());
         Ok(())
+    }
+
+    /// Writes a block with its trailer. A full disk evicts half of what the cache holds and
+    /// tries once more, then is an error that says so.
+    fn write_block(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let write = || {
+            write_atomic(path, |f| {
+                use io::Write;
+                f.write_all(bytes)?;
+                f.write_all(&(bytes.len() as u64).to_le_bytes())?;
+                f.write_all(&Sha256::digest(bytes))?;
+                f.write_all(MAGIC)
+            })
+        };
+        match write() {
+            Err(e) if disk_full(&e) => {
+                let held = self.scan().iter().map(|(_, n, _)| n).sum::<u64>();
+                self.evict(path, held / 2);
+                write().map_err(|e| {
+                    if disk_full(&e) {
+                        io::Error::new(
+                            e.kind(),
+                            format!(
+                                "the block cache {} is on a full disk, and still was after evicting blocks down to \
+                                 {} bytes: free space there, or give [storage] cache_dir on another disk or a \
+                                 smaller cache_bytes",
+                                self.dir.display(),
+                                held / 2
+                            ),
+                        )
+                    } else {
+                        e
+                    }
+                })
+            }
+            other => other,
+        }
     }
 
     fn lock_checked(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
@@ -178,14 +209,14 @@ impl BlockCache {
             .collect()
     }
 
-    /// Removes the least recently used blocks until the cache is within its cap (never
-    /// `keep`, the block just written).
-    fn evict(&self, keep: &Path) {
+    /// Removes the least recently used blocks until the cache holds at most `target` bytes
+    /// (never `keep`, the block just written).
+    fn evict(&self, keep: &Path, target: u64) {
         let mut blocks = self.scan();
         let mut used: u64 = blocks.iter().map(|(_, n, _)| n).sum();
         blocks.sort_by_key(|(_, _, t)| *t);
         for (path, n, _) in blocks {
-            if used <= self.cap {
+            if used <= target {
                 break;
             }
             if path == keep {
@@ -198,6 +229,11 @@ impl BlockCache {
         }
         self.used.store(used, Ordering::Relaxed);
     }
+}
+
+/// Whether `e` says the disk is full (ENOSPC, or a quota: EDQUOT).
+fn disk_full(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StorageFull || e.kind() == io::ErrorKind::QuotaExceeded || e.raw_os_error() == Some(28)
 }
 
 #[cfg(test)]

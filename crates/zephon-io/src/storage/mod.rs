@@ -33,7 +33,8 @@ pub fn is_url(text: &str) -> bool {
         .any(|s| text.starts_with(s))
 }
 
-/// What a remote store did, for reports: bytes and requests, block cache hits and misses.
+/// What a remote store did, for reports: bytes and requests, block cache hits and misses,
+/// retries.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
     /// Bytes fetched from the store.
@@ -44,6 +45,22 @@ pub struct StoreStats {
     pub cache_hits: u64,
     /// Blocks fetched into it.
     pub cache_misses: u64,
+    /// Requests tried again after a fault (a 5xx or 429 answer, a reset, a body cut short, a
+    /// stall).
+    pub retries: u64,
+    /// Requests cut by the stall timeout.
+    pub stalls: u64,
+}
+
+impl std::ops::AddAssign for StoreStats {
+    fn add_assign(&mut self, o: StoreStats) {
+        self.bytes_fetched += o.bytes_fetched;
+        self.requests += o.requests;
+        self.cache_hits += o.cache_hits;
+        self.cache_misses += o.cache_misses;
+        self.retries += o.retries;
+        self.stalls += o.stalls;
+    }
 }
 
 /// One readable object: a local file, an object in memory or in a bucket.

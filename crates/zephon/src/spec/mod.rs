@@ -353,6 +353,8 @@ impl Spec {
             cache_dir: s.cache_dir.as_deref().map(|d| self.resolve(d)),
             cache_bytes: s.cache_bytes,
             timeout_s: s.timeout_s,
+            stall_timeout_s: s.stall_timeout_s,
+            retries: s.retries,
         }
     }
 

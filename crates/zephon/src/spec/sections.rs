@@ -730,6 +730,10 @@ pub struct StorageSpec {
     pub cache_dir: Option<String>,
     /// The most bytes the block cache holds (default 16 GiB).
     pub cache_bytes: Option<u64>,
-    /// Seconds a request may take before it is retried.
+    /// Seconds one try of a request may take in all (default: no limit).
     pub timeout_s: Option<f64>,
+    /// Seconds a request may go without a byte arriving before it is tried again (default 30).
+    pub stall_timeout_s: Option<f64>,
+    /// Tries of a request after the first (default 10).
+    pub retries: Option<u32>,
 }

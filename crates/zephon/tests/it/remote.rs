@@ -8,8 +8,15 @@ use zephon_testkit::{S3Server, SpecText};
 
 use crate::*;
 
-/// Corpora A (JSONL) and B (Parquet), 50 / 50 by tokens, best-fit rows of 512, at `a` and `b`.
-fn spec(a: &str, b: &str, cache: &Path, server: &S3Server) -> zephon::Spec {
+/// Corpora A (JSONL) and B (Parquet), 50 / 50 by tokens, best-fit rows of 512, at `a` and `b`,
+/// from the store at `endpoint`; `more` adds settings.
+pub(crate) fn spec_at(
+    a: &str,
+    b: &str,
+    cache: &Path,
+    endpoint: &str,
+    more: impl FnOnce(SpecText) -> SpecText,
+) -> zephon::Spec {
     let data = zephon_testkit::testdata();
     let text = SpecText::new(4, 8)
         .seed(11)
@@ -23,23 +30,33 @@ fn spec(a: &str, b: &str, cache: &Path, server: &S3Server) -> zephon::Spec {
         .set("pack", "pad_id", 50256u64)
         .shuffle(4)
         .threads(2)
-        .set("storage", "endpoint", server.endpoint().as_str())
+        .set("storage", "endpoint", endpoint)
         .set("storage", "allow_http", true)
         .set("storage", "path_style", true)
         .set("storage", "block_bytes", 1u64 << 20)
-        .set("storage", "cache_dir", cache)
-        .text();
-    parse(&text)
+        .set("storage", "cache_dir", cache);
+    parse(&more(text).text())
 }
 
-#[test]
-fn a_run_from_s3_is_the_run_from_disk_at_every_world_size_and_across_a_resume() {
-    let Some(server) = S3Server::start() else { return };
+fn spec(a: &str, b: &str, cache: &Path, server: &S3Server) -> zephon::Spec {
+    spec_at(a, b, cache, &server.endpoint(), |t| t)
+}
+
+/// A server holding corpora A and B under `s3://corpora/a/jsonl` and `s3://corpora/b/parquet`.
+pub(crate) fn server_with_corpora() -> Option<S3Server> {
+    let server = S3Server::start()?;
     server.set_env();
     let data = zephon_testkit::testdata();
     server.create_bucket("corpora");
     server.upload(&data.join("corpora/a/jsonl"), "corpora", "a/jsonl");
     server.upload(&data.join("corpora/b/parquet"), "corpora", "b/parquet");
+    Some(server)
+}
+
+#[test]
+fn a_run_from_s3_is_the_run_from_disk_at_every_world_size_and_across_a_resume() {
+    let Some(server) = server_with_corpora() else { return };
+    let data = zephon_testkit::testdata();
     let dir = tmp();
     let cache = dir.path().join("blocks");
     let local = spec(

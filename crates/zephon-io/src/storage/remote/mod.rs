@@ -9,6 +9,8 @@
 //!   blocks of `block_bytes`, once for every process of the node.
 //! - One small tokio runtime per process runs the requests; callers block on it from the
 //!   engine's worker threads, which hold no lane lock while they read.
+//! - Faults are met by [`patience`]: retries with backoff and jitter, a stall timeout that
+//!   resets on progress, errors that name the object and the range.
 //! - Credentials and endpoints are found as each cloud's SDK finds them (environment, AWS
 //!   profiles with `credential_process`, instance and web-identity roles where `object_store`
 //!   has them). They are never written anywhere: not in locations, messages or manifests.
@@ -29,6 +31,9 @@ use super::{Object, Store, StoreStats, hidden};
 use crate::StorageOptions;
 
 mod credentials;
+mod patience;
+
+use patience::{Failure, Patience, RetryStats, patiently};
 
 /// The process's runtime for object-store requests.
 fn runtime() -> io::Result<&'static tokio::runtime::Runtime> {
@@ -52,7 +57,7 @@ fn block_on<T>(f: impl std::future::Future<Output = T>) -> io::Result<T> {
 }
 
 /// An `object_store` error as an `io::Error` that names the object (and never a credential).
-fn store_error(url: &str, e: object_store::Error) -> io::Error {
+pub(crate) fn store_error(url: &str, e: object_store::Error) -> io::Error {
     let kind = match &e {
         object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
         object_store::Error::Precondition { .. } => io::ErrorKind::InvalidData,
@@ -77,6 +82,8 @@ pub struct RemoteStore {
     blocks: Arc<BlockCache>,
     block_bytes: u64,
     stats: Arc<BlockStats>,
+    patience: Patience,
+    retries: Arc<RetryStats>,
 }
 
 impl fmt::Debug for RemoteStore {
@@ -100,6 +107,8 @@ impl RemoteStore {
             blocks: shared_cache(dir, options.cache_bytes())?,
             block_bytes: options.block_bytes(),
             stats: Arc::new(BlockStats::default()),
+            patience: Patience::of(options),
+            retries: Arc::new(RetryStats::default()),
         })
     }
 
@@ -130,14 +139,20 @@ fn shared_cache(dir: PathBuf, cap: u64) -> io::Result<Arc<BlockCache>> {
 fn build(url: &url::Url, options: &StorageOptions) -> io::Result<(Arc<dyn ObjectStore>, StorePath)> {
     let bad = |e: object_store::Error| io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}"));
     let mut client = ClientOptions::new().with_allow_http(options.allow_http);
-    if let Some(t) = options.timeout_s {
-        client = client.with_timeout(std::time::Duration::from_secs_f64(t));
-    }
+    // The stall timeout watches each try; a whole-request limit only when asked for.
+    client = match options.timeout_s {
+        Some(t) => client.with_timeout(std::time::Duration::from_secs_f64(t)),
+        None => client.with_timeout_disabled(),
+    };
+    // Tries are counted and paced in one place, `patience`: the client's own are off.
+    let retry = object_store::RetryConfig { max_retries: 0, ..Default::default() };
     let prefix = StorePath::from_url_path(url.path()).map_err(|e| bad(e.into()))?;
     let store: Arc<dyn ObjectStore> = match url.scheme() {
         "s3" => {
-            let mut b =
-                object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str()).with_client_options(client);
+            let mut b = object_store::aws::AmazonS3Builder::from_env()
+                .with_url(url.as_str())
+                .with_client_options(client)
+                .with_retry(retry);
             if let Some(p) = credentials::aws_profile()? {
                 if std::env::var_os("AWS_REGION").is_none()
                     && std::env::var_os("AWS_DEFAULT_REGION").is_none()
@@ -165,13 +180,15 @@ fn build(url: &url::Url, options: &StorageOptions) -> io::Result<(Arc<dyn Object
             object_store::gcp::GoogleCloudStorageBuilder::from_env()
                 .with_url(url.as_str())
                 .with_client_options(client)
+                .with_retry(retry)
                 .build()
                 .map_err(bad)?,
         ),
         "az" | "abfs" | "abfss" | "azure" => {
             let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
                 .with_url(url.as_str())
-                .with_client_options(client);
+                .with_client_options(client)
+                .with_retry(retry);
             if let Some(e) = &options.endpoint {
                 b = b.with_endpoint(e.clone());
             }
@@ -182,6 +199,7 @@ fn build(url: &url::Url, options: &StorageOptions) -> io::Result<(Arc<dyn Object
             let store = object_store::http::HttpBuilder::new()
                 .with_url(base)
                 .with_client_options(client)
+                .with_retry(retry)
                 .build()
                 .map_err(bad)?;
             Arc::new(store)
@@ -202,10 +220,21 @@ impl Store for RemoteStore {
     }
 
     fn list(&self) -> io::Result<Vec<String>> {
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let stall = self.patience.stall;
         let metas: Vec<object_store::ObjectMeta> =
-            block_on(self.store.list(prefix).try_collect()).and_then(|r| r.map_err(|e| store_error(&self.root, e)))?;
+            block_on(patiently(self.patience, &self.retries, &self.root, None, || {
+                self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    let mut pages = self.store.list(prefix);
+                    let mut all = Vec::new();
+                    // Each next entry (a listing page at most) within the stall timeout.
+                    while let Some(meta) = patience::within(stall, pages.try_next()).await? {
+                        all.push(meta);
+                    }
+                    Ok::<_, Failure>(all)
+                }
+            }))??;
         let strip = if self.prefix.as_ref().is_empty() { 0 } else { self.prefix.as_ref().len() + 1 };
         let mut out: Vec<String> = metas
             .into_iter()
@@ -219,8 +248,10 @@ impl Store for RemoteStore {
     fn open(&self, relative: &str) -> io::Result<Arc<dyn Object>> {
         let key = self.key_of(relative);
         let location = self.location_of(relative);
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let meta = block_on(self.store.head(&key)).and_then(|r| r.map_err(|e| store_error(&location, e)))?;
+        let meta = block_on(patiently(self.patience, &self.retries, &location, None, || {
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            patience::within(self.patience.stall, self.store.head(&key))
+        }))??;
         let etag =
             meta.e_tag.clone().ok_or_else(|| io::Error::other(format!("{location}: the store gives no ETag")))?;
         Ok(Arc::new(RemoteObject {
@@ -234,6 +265,8 @@ impl Store for RemoteStore {
             blocks: self.blocks.clone(),
             block_bytes: self.block_bytes,
             stats: self.stats.clone(),
+            patience: self.patience,
+            retries: self.retries.clone(),
         }))
     }
 
@@ -244,6 +277,8 @@ impl Store for RemoteStore {
             requests: s.requests.load(Ordering::Relaxed),
             cache_hits: s.hits.load(Ordering::Relaxed),
             cache_misses: s.misses.load(Ordering::Relaxed),
+            retries: self.retries.retries.load(Ordering::Relaxed),
+            stalls: self.retries.stalls.load(Ordering::Relaxed),
         })
     }
 }
@@ -260,6 +295,8 @@ struct RemoteObject {
     blocks: Arc<BlockCache>,
     block_bytes: u64,
     stats: Arc<BlockStats>,
+    patience: Patience,
+    retries: Arc<RetryStats>,
 }
 
 impl fmt::Debug for RemoteObject {
@@ -269,19 +306,18 @@ impl fmt::Debug for RemoteObject {
 }
 
 impl RemoteObject {
-    /// The bytes of `range`, by a request conditional on the ETag.
+    /// The bytes of `range`, by requests conditional on the ETag, tried again after faults.
     fn fetch(&self, range: Range<u64>) -> io::Result<Vec<u8>> {
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let options = GetOptions {
-            if_match: Some(self.etag.clone()),
-            range: Some(GetRange::Bounded(range)),
-            ..GetOptions::default()
-        };
-        let got = block_on(async {
-            let result = self.store.get_opts(&self.key, options).await?;
-            result.bytes().await
-        })?;
-        got.map(|b| b.to_vec()).map_err(|e| store_error(&self.location, e))
+        let want = range.end - range.start;
+        block_on(patiently(self.patience, &self.retries, &self.location, Some(&range), || {
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            let options = GetOptions {
+                if_match: Some(self.etag.clone()),
+                range: Some(GetRange::Bounded(range.clone())),
+                ..GetOptions::default()
+            };
+            patience::read_all(self.patience.stall, want, self.store.get_opts(&self.key, options))
+        }))?
     }
 }
 
@@ -318,8 +354,10 @@ impl Object for RemoteObject {
     }
 
     fn unchanged(&self) -> io::Result<bool> {
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let meta = block_on(self.store.head(&self.key)).and_then(|r| r.map_err(|e| store_error(&self.location, e)))?;
+        let meta = block_on(patiently(self.patience, &self.retries, &self.location, None, || {
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            patience::within(self.patience.stall, self.store.head(&self.key))
+        }))??;
         Ok(meta.e_tag.as_deref() == Some(self.etag.as_str()) && meta.size == self.size)
     }
 }
