@@ -92,6 +92,14 @@ pub trait Dataset: Send + Sync {
     /// opened is an [`OpError::Fatal`] for each of its samples. Returned records carry their
     /// sample's lineage (`Record::from_sample`).
     fn read(&self, samples: &[SampleId], out: &mut Vec<Result<Record, OpError>>);
+
+    /// A hint from the schedule: `samples` (all of one shard) will be read soon, in this
+    /// order. A dataset whose bytes are far away (an object store) starts fetching them; it
+    /// must return at once, and never changes what [`Dataset::read`] returns. The default does
+    /// nothing.
+    fn prefetch(&self, samples: &[SampleId]) {
+        let _ = samples;
+    }
 }
 
 /// The run's datasets, numbered in order: reads any mix of samples, one batch per shard.
@@ -132,6 +140,26 @@ impl Datasets {
         Digest::of_parts(parts.iter().map(|p| p.as_slice()))
     }
 
+    /// Hints that `samples` will be read soon, in this order ([`Dataset::prefetch`]), one
+    /// call per run of samples of one shard.
+    pub fn prefetch(&self, samples: &[SampleId]) {
+        let mut start = 0;
+        while start < samples.len() {
+            let first = samples[start];
+            let end = start + Self::run_of_one_shard(&samples[start..]);
+            if let Some(ds) = self.list.get(first.dataset as usize) {
+                ds.prefetch(&samples[start..end]);
+            }
+            start = end;
+        }
+    }
+
+    /// How many of the first samples of `samples` are of the first one's shard.
+    fn run_of_one_shard(samples: &[SampleId]) -> usize {
+        let first = samples[0];
+        samples.iter().take_while(|s| s.dataset == first.dataset && s.shard == first.shard).count()
+    }
+
     /// Reads `samples` in any order, grouping consecutive samples of one shard into one call.
     /// Returns one result per sample, in order.
     pub fn read(&self, samples: &[SampleId]) -> Vec<Result<Record, OpError>> {
@@ -139,8 +167,7 @@ impl Datasets {
         let mut start = 0;
         while start < samples.len() {
             let first = samples[start];
-            let end = start
-                + samples[start..].iter().take_while(|s| s.dataset == first.dataset && s.shard == first.shard).count();
+            let end = start + Self::run_of_one_shard(&samples[start..]);
             match self.list.get(first.dataset as usize) {
                 Some(ds) => {
                     let before = out.len();

@@ -120,6 +120,9 @@ pub struct StorageOptions {
     /// Tries of a request after the first, with exponential backoff and jitter, for 5xx and
     /// 429 answers, resets, bodies cut short and stalls (default 10).
     pub retries: Option<u32>,
+    /// Requests a process keeps in flight fetching the blocks the schedule will read next
+    /// (default 8; 0: no prefetch). Each holds at most one block in memory.
+    pub prefetch_requests: Option<usize>,
 }
 
 impl StorageOptions {
@@ -148,6 +151,11 @@ impl StorageOptions {
         std::time::Duration::from_secs_f64(self.stall_timeout_s.unwrap_or(30.0).max(0.001))
     }
 
+    /// Requests kept in flight by prefetch.
+    pub fn prefetch_requests(&self) -> usize {
+        self.prefetch_requests.unwrap_or(8)
+    }
+
     /// Tries of a request after the first.
     pub fn retries(&self) -> u32 {
         self.retries.unwrap_or(10)
@@ -159,10 +167,10 @@ impl StorageOptions {
     }
 
     /// The least the block cache must hold for `lanes` lanes read by `threads` worker threads:
-    /// a block per lane and two per thread, what they read at once. Less would have blocks
-    /// evicted while a step still reads them.
+    /// a block per lane and two per thread, what they read at once, and one per prefetch
+    /// request. Less would have blocks evicted while a step still reads them.
     pub fn cache_needed(&self, lanes: usize, threads: usize) -> u64 {
-        self.block_bytes().saturating_mul((lanes + 2 * threads) as u64)
+        self.block_bytes().saturating_mul((lanes + 2 * threads + self.prefetch_requests()) as u64)
     }
 
     /// In words, for `explain`.
@@ -174,11 +182,12 @@ impl StorageOptions {
         let endpoint = self.endpoint.as_ref().map_or(String::new(), |e| format!(", endpoint {e}"));
         format!(
             "object stores read in blocks of {} bytes, cached for the node in {dir} (at most {} bytes){endpoint}; \
-             {} retries, stall timeout {} s",
+             {} retries, stall timeout {} s, prefetch by the schedule with {} requests in flight",
             self.block_bytes(),
             self.cache_bytes(),
             self.retries(),
-            self.stall_timeout().as_secs_f64()
+            self.stall_timeout().as_secs_f64(),
+            self.prefetch_requests()
         )
     }
 }

@@ -419,6 +419,28 @@ impl Dataset for ParquetDataset {
             out.push(self.read_row(id));
         }
     }
+
+    /// The column chunks read of each row group the samples are in, in reading order.
+    fn prefetch(&self, samples: &[SampleId]) {
+        let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        let mut groups: Vec<usize> = Vec::new();
+        for s in samples {
+            let rg = shard.rg_starts.partition_point(|&start| start <= s.row).saturating_sub(1);
+            if groups.last() != Some(&rg) && !groups.contains(&rg) {
+                groups.push(rg);
+            }
+        }
+        let meta = shard.meta.metadata();
+        let spans = groups.iter().filter_map(|&rg| meta.row_groups().get(rg)).flat_map(|g| {
+            g.columns().iter().enumerate().filter(|(leaf, _)| shard.mask.leaf_included(*leaf)).filter_map(|(_, c)| {
+                let start = u64::try_from(c.dictionary_page_offset().unwrap_or_else(|| c.data_page_offset())).ok()?;
+                Some((start, start.checked_add(u64::try_from(c.compressed_size()).ok()?)?))
+            })
+        });
+        for range in crate::storage::coalesce(spans, 64 << 10) {
+            shard.file.object.prefetch(range);
+        }
+    }
 }
 
 fn approx_size(c: &Cell) -> usize {

@@ -63,6 +63,9 @@ pub struct DatasetReport {
     /// Blocks of it fetched into the cache.
     #[serde(default)]
     pub cache_misses: u64,
+    /// Of those, blocks fetched ahead of their read, by the schedule.
+    #[serde(default)]
+    pub prefetched: u64,
     /// Requests to it tried again after a fault (a 5xx or 429 answer, a reset, a body cut
     /// short, a stall); retries never change bytes.
     #[serde(default)]
@@ -259,8 +262,8 @@ impl Loader {
             .collect();
         for (r, layout) in datasets.iter_mut().zip(&self.assembled.layouts) {
             if let Some(s) = layout.stats() {
-                (r.bytes_fetched, r.requests, r.cache_hits, r.cache_misses, r.retries, r.stalls) =
-                    (s.bytes_fetched, s.requests, s.cache_hits, s.cache_misses, s.retries, s.stalls);
+                (r.bytes_fetched, r.requests, r.cache_hits, r.cache_misses, r.prefetched, r.retries, r.stalls) =
+                    (s.bytes_fetched, s.requests, s.cache_hits, s.cache_misses, s.prefetched, s.retries, s.stalls);
             }
         }
         let lanes = self.engine.lane_states();

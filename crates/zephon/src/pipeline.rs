@@ -269,7 +269,8 @@ impl Pipeline {
             if m.storage.cache_bytes() < need {
                 return Err(Error::Build(format!(
                     "[storage] cache_bytes = {} is smaller than what the readers of one step hold at once: one block \
-                     of {} bytes per lane and two per worker thread, {need} bytes; give at least that",
+                     of {} bytes per lane, two per worker thread and one per prefetch request, {need} bytes; give at least \
+                     that",
                     m.storage.cache_bytes(),
                     m.storage.block_bytes()
                 )));

@@ -175,7 +175,13 @@ impl Engine {
             .map(|r| Dispatch {
                 cursor: r.cursor(),
                 chunk: None,
-                steered: r.is_steered().then(|| r.take_chosen().into()),
+                steered: r.is_steered().then(|| {
+                    let chosen = r.take_chosen();
+                    for unit in &chosen {
+                        spec.datasets.prefetch(&unit.ids);
+                    }
+                    chosen.into()
+                }),
                 seq: 0,
                 in_flight: 0,
                 ended: r.is_finished(),

@@ -323,6 +323,9 @@ impl Sched {
                 Some(c) => c.clone(),
                 None => match shared.source.chunk(lane, shared.topology.lanes(), d.cursor.chunk) {
                     Ok(Some(c)) => {
+                        // The schedule knows the whole chunk now: its bytes can be on their way
+                        // while its first units are processed.
+                        shared.datasets.prefetch(&c.samples);
                         let c = Arc::new(c);
                         d.chunk = Some(c.clone());
                         c

@@ -191,6 +191,10 @@ impl Shared {
         if !done.iter().any(|d| d.changed) {
             return;
         }
+        // What the lanes planned to read is on its way before the scheduler hands it out.
+        for unit in done.iter().flat_map(|d| &d.chosen) {
+            self.datasets.prefetch(&unit.ids);
+        }
         let mut s = lock(&self.sched);
         let mut wake_consumer = false;
         for d in done.iter_mut().filter(|d| d.changed) {

@@ -271,9 +271,20 @@ impl JsonlDataset {
     }
 }
 
+/// Rows closer than this are hinted as one range: a block holds both anyway.
+const PREFETCH_GAP: u64 = 64 << 10;
+
 impl Dataset for JsonlDataset {
     fn manifest(&self) -> &DatasetManifest {
         &self.manifest
+    }
+
+    fn prefetch(&self, samples: &[SampleId]) {
+        let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        let spans = samples.iter().filter_map(|s| shard.row_span(s.row as usize));
+        for range in crate::storage::coalesce(spans, PREFETCH_GAP) {
+            shard.file.prefetch(range);
+        }
     }
 
     fn read(&self, samples: &[SampleId], out: &mut Vec<std::result::Result<Record, OpError>>) {

@@ -43,6 +43,8 @@ pub struct BlockStats {
     pub bytes_fetched: AtomicU64,
     /// Requests made to the store (fetches, listings, metadata).
     pub requests: AtomicU64,
+    /// Of the blocks fetched, those fetched ahead of their read by prefetch.
+    pub prefetched: AtomicU64,
 }
 
 /// One block: of the object version `key`, its `index`-th, holding `len` bytes.
@@ -74,6 +76,11 @@ impl BlockCache {
         Ok(cache)
     }
 
+    /// The most bytes it holds.
+    pub(crate) fn cap(&self) -> u64 {
+        self.cap
+    }
+
     /// The folder.
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
@@ -94,45 +101,64 @@ impl BlockCache {
         stats: &BlockStats,
         fetch: impl FnOnce() -> io::Result<Vec<u8>>,
     ) -> io::Result<()> {
-        let Block { key, index, len } = block;
-        let path = self.path_of(key, index);
-        if self.usable(&path, len) {
+        let path = self.path_of(block.key, block.index);
+        if !self.ensure(block, stats, fetch)? {
             stats.hits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let lock_path = path.with_extension("lock");
-            let lock = fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock_path)
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", lock_path.display())))?;
-            lock.lock()?;
-            // Another process may have fetched it while this one waited.
-            if self.usable(&path, len) {
-                stats.hits.fetch_add(1, Ordering::Relaxed);
-            } else {
-                stats.misses.fetch_add(1, Ordering::Relaxed);
-                let bytes = fetch()?;
-                if bytes.len() as u64 != len {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("block {index} came back with {} bytes instead of {len}", bytes.len()),
-                    ));
-                }
-                stats.bytes_fetched.fetch_add(len, Ordering::Relaxed);
-                self.write_block(&path, &bytes)?;
-                self.lock_checked().insert(path.clone());
-                if self.used.fetch_add(len + TRAILER, Ordering::Relaxed) + len + TRAILER > self.cap {
-                    self.evict(&path, self.cap);
-                }
-            }
-            drop(lock);
         }
         let file = fs::File::open(&path)?;
         file.read_exact_at(buf, offset)?;
         // Touched on use, so that eviction takes the least recently used.
         let _ = file.set_modified(SystemTime::now());
         Ok(())
+    }
+
+    /// Whether this process already checked `block` whole (no I/O): a prefetch of it is not
+    /// needed.
+    pub(crate) fn known(&self, block: Block<'_>) -> bool {
+        self.lock_checked().contains(&self.path_of(block.key, block.index))
+    }
+
+    /// Makes sure `block` is in the cache, fetching it with `fetch` when no process of the
+    /// node has; whether this call fetched it.
+    pub(crate) fn ensure(
+        &self,
+        block: Block<'_>,
+        stats: &BlockStats,
+        fetch: impl FnOnce() -> io::Result<Vec<u8>>,
+    ) -> io::Result<bool> {
+        let Block { key, index, len } = block;
+        let path = self.path_of(key, index);
+        if self.usable(&path, len) {
+            return Ok(false);
+        }
+        let lock_path = path.with_extension("lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", lock_path.display())))?;
+        lock.lock()?;
+        // Another process (or a prefetch) may have fetched it while this one waited.
+        if self.usable(&path, len) {
+            return Ok(false);
+        }
+        stats.misses.fetch_add(1, Ordering::Relaxed);
+        let bytes = fetch()?;
+        if bytes.len() as u64 != len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("block {index} came back with {} bytes instead of {len}", bytes.len()),
+            ));
+        }
+        stats.bytes_fetched.fetch_add(len, Ordering::Relaxed);
+        self.write_block(&path, &bytes)?;
+        self.lock_checked().insert(path.clone());
+        if self.used.fetch_add(len + TRAILER, Ordering::Relaxed) + len + TRAILER > self.cap {
+            self.evict(&path, self.cap);
+        }
+        drop(lock);
+        Ok(true)
     }
 
     /// Writes a block with its trailer. A full disk evicts half of what the cache holds and

@@ -45,6 +45,8 @@ pub struct StoreStats {
     pub cache_hits: u64,
     /// Blocks fetched into it.
     pub cache_misses: u64,
+    /// Of those, blocks fetched ahead of their read by prefetch.
+    pub prefetched: u64,
     /// Requests tried again after a fault (a 5xx or 429 answer, a reset, a body cut short, a
     /// stall).
     pub retries: u64,
@@ -58,9 +60,23 @@ impl std::ops::AddAssign for StoreStats {
         self.requests += o.requests;
         self.cache_hits += o.cache_hits;
         self.cache_misses += o.cache_misses;
+        self.prefetched += o.prefetched;
         self.retries += o.retries;
         self.stalls += o.stalls;
     }
+}
+
+/// `spans` (byte ranges in reading order) merged where they touch or lie within `gap` bytes of
+/// each other: the ranges a reader hints at ([`Object::prefetch`]).
+pub fn coalesce(spans: impl IntoIterator<Item = (u64, u64)>, gap: u64) -> Vec<std::ops::Range<u64>> {
+    let mut out: Vec<std::ops::Range<u64>> = Vec::new();
+    for (start, end) in spans {
+        match out.last_mut() {
+            Some(last) if start >= last.start && start <= last.end.saturating_add(gap) => last.end = last.end.max(end),
+            _ => out.push(start..end),
+        }
+    }
+    out
 }
 
 /// One readable object: a local file, an object in memory or in a bucket.
@@ -93,6 +109,13 @@ pub trait Object: Send + Sync + fmt::Debug {
 
     /// Whether it is still the version it was opened as.
     fn unchanged(&self) -> io::Result<bool>;
+
+    /// A hint that bytes `range` will be read soon: a remote object starts fetching the blocks
+    /// they lie in, in the background and bounded; a local one does nothing. Returns at once
+    /// and never changes what a read returns.
+    fn prefetch(&self, range: std::ops::Range<u64>) {
+        let _ = range;
+    }
 
     /// Reads exactly `buf.len()` bytes at `offset`; an error naming the range if it ends
     /// before.

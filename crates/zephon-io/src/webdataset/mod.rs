@@ -194,6 +194,18 @@ impl Dataset for TarDataset {
         &self.manifest
     }
 
+    /// The members of the samples, in archive order.
+    fn prefetch(&self, samples: &[SampleId]) {
+        let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        let spans = samples
+            .iter()
+            .filter_map(|s| shard.samples.get(s.row as usize))
+            .flat_map(|s| s.members.iter().map(|m| (m.offset, m.offset.saturating_add(m.size))));
+        for range in crate::storage::coalesce(spans, 64 << 10) {
+            shard.file.prefetch(range);
+        }
+    }
+
     fn read(&self, samples: &[SampleId], out: &mut Vec<std::result::Result<Record, OpError>>) {
         for &id in samples {
             out.push(self.read_row(id));

@@ -355,6 +355,7 @@ impl Spec {
             timeout_s: s.timeout_s,
             stall_timeout_s: s.stall_timeout_s,
             retries: s.retries,
+            prefetch_requests: s.prefetch_requests,
         }
     }
 

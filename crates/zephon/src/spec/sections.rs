@@ -736,4 +736,6 @@ pub struct StorageSpec {
     pub stall_timeout_s: Option<f64>,
     /// Tries of a request after the first (default 10).
     pub retries: Option<u32>,
+    /// Requests in flight fetching ahead by the schedule (default 8; 0: none).
+    pub prefetch_requests: Option<usize>,
 }

@@ -139,3 +139,29 @@ fn a_cache_of_a_quarter_of_the_data_gives_the_same_steps() {
     let held: u64 = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
     assert!(held <= bytes / 4 + (64 << 10) + 4096, "the cache holds {held} of a cap of {}", bytes / 4);
 }
+
+#[test]
+fn prefetch_by_the_schedule_fetches_ahead_and_changes_no_byte() {
+    let Some(server) = server_with_corpora() else { return };
+    let reference = from_disk();
+    // A latency on every request, as an object store has.
+    let faults = Faults { latency: std::time::Duration::from_millis(5), ..Faults::none() };
+    let proxy = FaultProxy::start(&server.endpoint(), faults).unwrap();
+    let dir = tmp();
+    let prefetched = |spec: &zephon::Spec| -> (Vec<zephon::Digest>, u64) {
+        let mut loader = spec.pipeline().unwrap().build(spec.topology(1, 0).unwrap()).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..STEPS {
+            let step = loader.next_step().unwrap().expect("a step");
+            got.push(zephon::testing::fingerprint(std::slice::from_ref(&step)));
+        }
+        (got, loader.report().datasets.iter().map(|d| d.prefetched).sum())
+    };
+    let off = remote(&proxy, &dir.path().join("blocks-off"), |t| t.set("storage", "prefetch_requests", 0u64));
+    let (got, n) = prefetched(&off);
+    assert_eq!((got, n), (reference.clone(), 0), "no prefetch when it is off");
+    let on = remote(&proxy, &dir.path().join("blocks-on"), |t| t);
+    let (got, n) = prefetched(&on);
+    assert_eq!(got, reference, "prefetch changes no byte");
+    assert!(n > 0, "blocks were fetched ahead of their reads");
+}

@@ -9,6 +9,7 @@
 //!   blocks of `block_bytes`, once for every process of the node.
 //! - One small tokio runtime per process runs the requests; callers block on it from the
 //!   engine's worker threads, which hold no lane lock while they read.
+//! - Reads the schedule hints at are fetched ahead by [`prefetch`], in the order hinted.
 //! - Faults are met by [`patience`]: retries with backoff and jitter, a stall timeout that
 //!   resets on progress, errors that name the object and the range.
 //! - Credentials and endpoints are found as each cloud's SDK finds them (environment, AWS
@@ -20,7 +21,7 @@ use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use futures::TryStreamExt;
 use object_store::path::Path as StorePath;
@@ -32,6 +33,7 @@ use crate::StorageOptions;
 
 mod credentials;
 mod patience;
+mod prefetch;
 
 use patience::{Failure, Patience, RetryStats, patiently};
 
@@ -84,6 +86,7 @@ pub struct RemoteStore {
     stats: Arc<BlockStats>,
     patience: Patience,
     retries: Arc<RetryStats>,
+    prefetcher: Option<&'static prefetch::Prefetcher>,
 }
 
 impl fmt::Debug for RemoteStore {
@@ -109,6 +112,10 @@ impl RemoteStore {
             stats: Arc::new(BlockStats::default()),
             patience: Patience::of(options),
             retries: Arc::new(RetryStats::default()),
+            // The process's prefetch threads start with the first store that asks for them.
+            prefetcher: (options.prefetch_requests() > 0)
+                .then(|| prefetch::Prefetcher::get(options.prefetch_requests()))
+                .flatten(),
         })
     }
 
@@ -254,7 +261,9 @@ impl Store for RemoteStore {
         }))??;
         let etag =
             meta.e_tag.clone().ok_or_else(|| io::Error::other(format!("{location}: the store gives no ETag")))?;
-        Ok(Arc::new(RemoteObject {
+        Ok(Arc::new_cyclic(|me| RemoteObject {
+            me: me.clone(),
+            prefetcher: self.prefetcher,
             version: format!("{location}\netag {etag}\nsize {}\n", meta.size),
             content: format!("etag:{} size:{}", etag.trim_matches('"'), meta.size),
             location,
@@ -277,6 +286,7 @@ impl Store for RemoteStore {
             requests: s.requests.load(Ordering::Relaxed),
             cache_hits: s.hits.load(Ordering::Relaxed),
             cache_misses: s.misses.load(Ordering::Relaxed),
+            prefetched: s.prefetched.load(Ordering::Relaxed),
             retries: self.retries.retries.load(Ordering::Relaxed),
             stalls: self.retries.stalls.load(Ordering::Relaxed),
         })
@@ -285,6 +295,9 @@ impl Store for RemoteStore {
 
 /// One object of a remote store, read in blocks through the node's block cache.
 struct RemoteObject {
+    /// Itself, for the prefetch jobs it queues.
+    me: Weak<RemoteObject>,
+    prefetcher: Option<&'static prefetch::Prefetcher>,
     location: String,
     key: StorePath,
     size: u64,
@@ -306,6 +319,27 @@ impl fmt::Debug for RemoteObject {
 }
 
 impl RemoteObject {
+    /// Block `index`: its place in the cache, and the bytes of the object it holds.
+    fn block(&self, index: u64) -> (Block<'_>, Range<u64>) {
+        let start = index * self.block_bytes;
+        let len = self.block_bytes.min(self.size.saturating_sub(start));
+        (Block { key: &self.version, index, len }, start..start + len)
+    }
+
+    /// Whether block `index` is known to be in the cache (no I/O).
+    fn block_known(&self, index: u64) -> bool {
+        self.blocks.known(self.block(index).0)
+    }
+
+    /// Brings block `index` into the cache (a prefetch).
+    fn ensure_block(&self, index: u64) -> io::Result<()> {
+        let (block, range) = self.block(index);
+        if self.blocks.ensure(block, &self.stats, || self.fetch(range))? {
+            self.stats.prefetched.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// The bytes of `range`, by requests conditional on the ETag, tried again after faults.
     fn fetch(&self, range: Range<u64>) -> io::Result<Vec<u8>> {
         let want = range.end - range.start;
@@ -342,15 +376,23 @@ impl Object for RemoteObject {
         if offset >= self.size || buf.is_empty() {
             return Ok(0);
         }
-        let b = self.block_bytes;
-        let index = offset / b;
-        let start = index * b;
-        let len = b.min(self.size - start);
-        let within = offset - start;
-        let n = (buf.len() as u64).min(len - within) as usize;
-        let block = Block { key: &self.version, index, len };
-        self.blocks.read(block, within, &mut buf[..n], &self.stats, || self.fetch(start..start + len))?;
+        let (block, range) = self.block(offset / self.block_bytes);
+        let within = offset - range.start;
+        let n = (buf.len() as u64).min(block.len - within) as usize;
+        self.blocks.read(block, within, &mut buf[..n], &self.stats, || self.fetch(range))?;
         Ok(n)
+    }
+
+    fn prefetch(&self, range: Range<u64>) {
+        let end = range.end.min(self.size);
+        if range.start >= end {
+            return;
+        }
+        if let (Some(p), Some(me)) = (self.prefetcher, self.me.upgrade()) {
+            // At most a quarter of the cache waits to be read.
+            let most = (self.blocks.cap() / self.block_bytes / 4).max(1) as usize;
+            p.hint(&me, range.start / self.block_bytes..=(end - 1) / self.block_bytes, most);
+        }
     }
 
     fn unchanged(&self) -> io::Result<bool> {
