@@ -9,7 +9,7 @@
 set -euo pipefail
 VENV=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/zephon-moto}
 PIN="moto[server]==5.2.5"
-if [ ! -x "$VENV/bin/moto_server" ] || ! grep -qx "$PIN" "$VENV/.pin" 2>/dev/null; then
+if [ ! -x "$VENV/bin/moto_server" ] || ! grep -qxF "$PIN" "$VENV/.pin" 2>/dev/null; then
     echo "moto.sh: installing $PIN into $VENV" >&2
     rm -rf "$VENV"
     python3 -m venv "$VENV"

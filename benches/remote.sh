@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Remote reading against local disk: corpora A (JSONL, 14 MB) and B (Parquet, 16 MB) in moto
+# (S3 on loopback), read through the project's fault proxy adding 0, 20 and 100 ms to every
+# request, and the same files on local disk. GPT-2, ensure_mixture, best-fit rows of 1024,
+# 16 lanes, 32 rows a step, 2 threads, [storage] defaults (8 MiB blocks, prefetch 8).
+#
+# For each: tokens/s over 150 steps from a cold cache (a checkpoint after step 50), time to the
+# first batch, requests and seconds before the first batch of a fresh start and of a resume
+# (each from a cold cache), bytes fetched against the corpus size, requests per step, blocks
+# prefetched; and the same run with prefetch off.
+#
+#   bash benches/remote.sh        (bash benches/report.sh remote -- bash benches/remote.sh)
+#
+# Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), LATENCIES (default "0 20 100"),
+# BLOCK_BYTES (default 8388608, the [storage] default).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export ZEPHON_TESTDATA=${ZEPHON_TESTDATA:-$HOME/.cache/zephon-testdata}
+TARGET=${CARGO_TARGET_DIR:-$REPO/target}
+BIN=$TARGET/release/zephon
+(cd "$REPO" && bash scripts/fetch-testdata.sh >/dev/null &&
+    cargo build --release -q -p zephon-cli --features remote && cargo build --release -q -p zephon-testkit)
+MOTO=$(bash "$REPO/scripts/moto.sh")
+DATA=$ZEPHON_TESTDATA
+
+TMP=$(mktemp -d)
+PIDS=()
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$TMP"' EXIT
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$MOTO" -H 127.0.0.1 -p "$port" >"$TMP/moto.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+"$(dirname "$MOTO")/python" - "http://127.0.0.1:$port" "$DATA" <<'PY'
+import os, sys, boto3
+endpoint, data = sys.argv[1:3]
+s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
+                  region_name="us-east-1")
+s3.create_bucket(Bucket="corpora")
+for sub in ("a/jsonl", "b/parquet"):
+    root = os.path.join(data, "corpora", sub)
+    for name in sorted(os.listdir(root)):
+        s3.upload_file(os.path.join(root, name), "corpora", f"{sub}/{name}")
+PY
+export AWS_ACCESS_KEY_ID=zephon-bench AWS_SECRET_ACCESS_KEY=zephon-bench AWS_REGION=us-east-1
+CORPUS=$(du -cb "$DATA"/corpora/a/jsonl/* "$DATA"/corpora/b/parquet/* | tail -1 | cut -f1)
+
+spec() { # spec FILE A B [STORAGE LINES]
+    cat >"$1" <<EOF
+seed = 5
+lanes = 16
+rows_per_step = 32
+[[dataset]]
+name = "a"
+path = "$2"
+share = 0.5
+[[dataset]]
+name = "b"
+path = "$3"
+share = 0.5
+[tokenize]
+tokenizer = "$DATA/tokenizers/gpt2/tokenizer.json"
+eos = "<|endoftext|>"
+[ensure_mixture]
+slack_tokens = 4096
+[pack]
+algorithm = "best_fit"
+seq_len = 1024
+pad_id = 50256
+[run]
+threads = 2
+${4:-}
+EOF
+}
+
+run() { # run NAME SPEC [flags...]: a zephon run with its own cache folder for indexes
+    local name=$1 spec=$2
+    shift 2
+    ZEPHON_CACHE=$TMP/cache-$name "$BIN" run --spec "$spec" --quiet --world-size 1 --rank 0 \
+        --report "$TMP/$name.json" "$@" 2>"$TMP/$name.err" || { cat "$TMP/$name.err"; exit 1; }
+}
+
+printf '%-22s %10s %9s %8s %12s %12s %11s %10s %12s %11s\n' source "tokens/s" "vs disk" "first s" "first reqs" \
+    "resume reqs" "resume s" "reqs/step" "fetched/corp" prefetched
+spec "$TMP/local.toml" "$DATA/corpora/a/jsonl" "$DATA/corpora/b/parquet"
+run local "$TMP/local.toml" --steps 150 --checkpoint-at 50 --checkpoint-dir "$TMP/ckpt-local"
+run local-resume "$TMP/local.toml" --steps 51 --resume-from "$TMP/ckpt-local"
+python3 - "$TMP" local "local disk" "$CORPUS" <<'PY'
+import json, sys
+tmp, name, label, corpus = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+r = json.load(open(f"{tmp}/{name}.json")); z = json.load(open(f"{tmp}/{name}-resume.json"))
+print(f"{label:<22} {r['tokens_per_s']:>10.0f} {1:>9.2f} {r['ttfb_s']:>8.2f} {'-':>12} {'-':>12} {z['ttfb_s']:>11.2f} "
+      f"{'-':>10} {'-':>12} {'-':>11}")
+open(f"{tmp}/local.rate", "w").write(str(r["tokens_per_s"]))
+PY
+
+for latency in ${LATENCIES:-0 20 100}; do
+    for prefetch in 8 0; do
+        [[ $prefetch == 0 && $latency != 20 ]] && continue
+        coproc PROXY { exec "$TARGET/release/zephon-fault-proxy" "http://127.0.0.1:$port" --latency-ms "$latency" 2>/dev/null; }
+        PIDS+=($PROXY_PID)
+        read -r endpoint <&"${PROXY[0]}"
+        tag=l$latency-p$prefetch
+        storage() { printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\nprefetch_requests = %s\nblock_bytes = %s\n' \
+            "$endpoint" "$TMP/blocks-$1" "$prefetch" "${BLOCK_BYTES:-8388608}"; }
+        spec "$TMP/$tag.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag")"
+        spec "$TMP/$tag-first.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag-first")"
+        spec "$TMP/$tag-resume.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag-resume")"
+        run "$tag" "$TMP/$tag.toml" --steps 150 --checkpoint-at 50 --checkpoint-dir "$TMP/ckpt-$tag"
+        run "$tag-first" "$TMP/$tag-first.toml" --steps 1
+        run "$tag-resume" "$TMP/$tag-resume.toml" --steps 51 --resume-from "$TMP/ckpt-$tag"
+        python3 - "$TMP" "$tag" "s3, $latency ms, prefetch $prefetch" "$CORPUS" <<'PY'
+import json, sys
+tmp, tag, label, corpus = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+load = lambda n: json.load(open(f"{tmp}/{n}.json"))
+r, f, z = load(tag), load(f"{tag}-first"), load(f"{tag}-resume")
+local = float(open(f"{tmp}/local.rate").read())
+reqs = lambda x: sum(d["requests"] for d in x["data"]["datasets"])
+fetched = sum(d["bytes_fetched"] for d in r["data"]["datasets"])
+pre = sum(d.get("prefetched", 0) for d in r["data"]["datasets"])
+misses = sum(d["cache_misses"] for d in r["data"]["datasets"])
+print(f"{label:<22} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / local:>9.2f} {r['ttfb_s']:>8.2f} {reqs(f):>12} "
+      f"{reqs(z):>12} {z['ttfb_s']:>11.2f} {reqs(r) / r['steps']:>10.2f} {fetched / corpus:>12.2f} {pre:>5}/{misses:<5}")
+PY
+        kill "$PROXY_PID" 2>/dev/null || true
+        wait "$PROXY_PID" 2>/dev/null || true
+    done
+done
