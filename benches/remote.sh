@@ -4,7 +4,9 @@
 # request, and the same files on local disk. GPT-2, ensure_mixture, best-fit rows of 1024,
 # 16 lanes, 32 rows a step, 2 threads, [storage] defaults (8 MiB blocks, prefetch 8).
 #
-# For each: tokens/s over 150 steps from a cold cache (a checkpoint after step 50), time to the
+# The corpora are uploaded COPIES times (default 4: 120 MB) under distinct names, and the
+# local run reads the same copies. For each: tokens/s over STEPS steps (default 600, about
+# 20 M tokens) from a cold cache (a checkpoint after step 50), time to the
 # first batch, requests and seconds before the first batch of a fresh start and of a resume
 # (each from a cold cache), bytes fetched against the corpus size, requests per step, blocks
 # prefetched; and the same run with prefetch off.
@@ -12,7 +14,8 @@
 #   bash benches/remote.sh        (bash benches/report.sh remote -- bash benches/remote.sh)
 #
 # Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), LATENCIES (default "0 20 100"),
-# BLOCK_BYTES (default 8388608, the [storage] default).
+# BLOCKS (block sizes, default "8388608 262144": the [storage] default and 256 KiB), COPIES (4),
+# STEPS (600).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,19 +35,26 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 "$MOTO" -H 127.0.0.1 -p "$port" >"$TMP/moto.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-"$(dirname "$MOTO")/python" - "http://127.0.0.1:$port" "$DATA" <<'PY'
+COPIES=${COPIES:-4}
+STEPS=${STEPS:-600}
+for sub in a/jsonl b/parquet; do
+    mkdir -p "$TMP/local/$sub"
+    for k in $(seq "$COPIES"); do
+        for f in "$DATA/corpora/$sub"/*; do ln -s "$f" "$TMP/local/$sub/copy$k-$(basename "$f")"; done
+    done
+done
+"$(dirname "$MOTO")/python" - "http://127.0.0.1:$port" "$TMP/local" <<'PY'
 import os, sys, boto3
-endpoint, data = sys.argv[1:3]
+endpoint, root = sys.argv[1:3]
 s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
                   region_name="us-east-1")
 s3.create_bucket(Bucket="corpora")
 for sub in ("a/jsonl", "b/parquet"):
-    root = os.path.join(data, "corpora", sub)
-    for name in sorted(os.listdir(root)):
-        s3.upload_file(os.path.join(root, name), "corpora", f"{sub}/{name}")
+    for name in sorted(os.listdir(os.path.join(root, sub))):
+        s3.upload_file(os.path.join(root, sub, name), "corpora", f"{sub}/{name}")
 PY
 export AWS_ACCESS_KEY_ID=zephon-bench AWS_SECRET_ACCESS_KEY=zephon-bench AWS_REGION=us-east-1
-CORPUS=$(du -cb "$DATA"/corpora/a/jsonl/* "$DATA"/corpora/b/parquet/* | tail -1 | cut -f1)
+CORPUS=$(( COPIES * $(du -cb "$DATA"/corpora/a/jsonl/* "$DATA"/corpora/b/parquet/* | tail -1 | cut -f1) ))
 
 spec() { # spec FILE A B [STORAGE LINES]
     cat >"$1" <<EOF
@@ -81,36 +91,37 @@ run() { # run NAME SPEC [flags...]: a zephon run with its own cache folder for i
         --report "$TMP/$name.json" "$@" 2>"$TMP/$name.err" || { cat "$TMP/$name.err"; exit 1; }
 }
 
-printf '%-22s %10s %9s %8s %12s %12s %11s %10s %12s %11s\n' source "tokens/s" "vs disk" "first s" "first reqs" \
+printf '%-24s %10s %9s %8s %12s %12s %11s %10s %12s %11s\n' source "tokens/s" "vs disk" "first s" "first reqs" \
     "resume reqs" "resume s" "reqs/step" "fetched/corp" prefetched
-spec "$TMP/local.toml" "$DATA/corpora/a/jsonl" "$DATA/corpora/b/parquet"
-run local "$TMP/local.toml" --steps 150 --checkpoint-at 50 --checkpoint-dir "$TMP/ckpt-local"
+spec "$TMP/local.toml" "$TMP/local/a/jsonl" "$TMP/local/b/parquet"
+run local "$TMP/local.toml" --steps "$STEPS" --checkpoint-at 50 --checkpoint-dir "$TMP/ckpt-local"
 run local-resume "$TMP/local.toml" --steps 51 --resume-from "$TMP/ckpt-local"
 python3 - "$TMP" local "local disk" "$CORPUS" <<'PY'
 import json, sys
 tmp, name, label, corpus = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 r = json.load(open(f"{tmp}/{name}.json")); z = json.load(open(f"{tmp}/{name}-resume.json"))
-print(f"{label:<22} {r['tokens_per_s']:>10.0f} {1:>9.2f} {r['ttfb_s']:>8.2f} {'-':>12} {'-':>12} {z['ttfb_s']:>11.2f} "
+print(f"{label:<24} {r['tokens_per_s']:>10.0f} {1:>9.2f} {r['ttfb_s']:>8.2f} {'-':>12} {'-':>12} {z['ttfb_s']:>11.2f} "
       f"{'-':>10} {'-':>12} {'-':>11}")
 open(f"{tmp}/local.rate", "w").write(str(r["tokens_per_s"]))
 PY
 
+for block in ${BLOCKS:-8388608 262144}; do
 for latency in ${LATENCIES:-0 20 100}; do
     for prefetch in 8 0; do
         [[ $prefetch == 0 && $latency != 20 ]] && continue
         coproc PROXY { exec "$TARGET/release/zephon-fault-proxy" "http://127.0.0.1:$port" --latency-ms "$latency" 2>/dev/null; }
         PIDS+=($PROXY_PID)
         read -r endpoint <&"${PROXY[0]}"
-        tag=l$latency-p$prefetch
+        tag=b$block-l$latency-p$prefetch
         storage() { printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\nprefetch_requests = %s\nblock_bytes = %s\n' \
-            "$endpoint" "$TMP/blocks-$1" "$prefetch" "${BLOCK_BYTES:-8388608}"; }
+            "$endpoint" "$TMP/blocks-$1" "$prefetch" "$block"; }
         spec "$TMP/$tag.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag")"
         spec "$TMP/$tag-first.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag-first")"
         spec "$TMP/$tag-resume.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag-resume")"
-        run "$tag" "$TMP/$tag.toml" --steps 150 --checkpoint-at 50 --checkpoint-dir "$TMP/ckpt-$tag"
+        run "$tag" "$TMP/$tag.toml" --steps "$STEPS" --checkpoint-at 50 --checkpoint-dir "$TMP/ckpt-$tag"
         run "$tag-first" "$TMP/$tag-first.toml" --steps 1
         run "$tag-resume" "$TMP/$tag-resume.toml" --steps 51 --resume-from "$TMP/ckpt-$tag"
-        python3 - "$TMP" "$tag" "s3, $latency ms, prefetch $prefetch" "$CORPUS" <<'PY'
+        python3 - "$TMP" "$tag" "$((block >> 10)) KiB, $latency ms, pf $prefetch" "$CORPUS" <<'PY'
 import json, sys
 tmp, tag, label, corpus = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 load = lambda n: json.load(open(f"{tmp}/{n}.json"))
@@ -120,10 +131,11 @@ reqs = lambda x: sum(d["requests"] for d in x["data"]["datasets"])
 fetched = sum(d["bytes_fetched"] for d in r["data"]["datasets"])
 pre = sum(d.get("prefetched", 0) for d in r["data"]["datasets"])
 misses = sum(d["cache_misses"] for d in r["data"]["datasets"])
-print(f"{label:<22} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / local:>9.2f} {r['ttfb_s']:>8.2f} {reqs(f):>12} "
+print(f"{label:<24} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / local:>9.2f} {r['ttfb_s']:>8.2f} {reqs(f):>12} "
       f"{reqs(z):>12} {z['ttfb_s']:>11.2f} {reqs(r) / r['steps']:>10.2f} {fetched / corpus:>12.2f} {pre:>5}/{misses:<5}")
 PY
         kill "$PROXY_PID" 2>/dev/null || true
         wait "$PROXY_PID" 2>/dev/null || true
     done
+done
 done

@@ -105,6 +105,22 @@ struct Shard {
     rg_starts: Vec<u64>,
 }
 
+impl Shard {
+    /// Hints the column chunks read of row groups `groups`, in order ([`Object::prefetch`]).
+    fn prefetch(&self, groups: &[usize]) {
+        let meta = self.meta.metadata();
+        let spans = groups.iter().filter_map(|&rg| meta.row_groups().get(rg)).flat_map(|g| {
+            g.columns().iter().enumerate().filter(|(leaf, _)| self.mask.leaf_included(*leaf)).filter_map(|(_, c)| {
+                let start = u64::try_from(c.dictionary_page_offset().unwrap_or_else(|| c.data_page_offset())).ok()?;
+                Some((start, start.checked_add(u64::try_from(c.compressed_size()).ok()?)?))
+            })
+        });
+        for range in crate::storage::coalesce(spans, 64 << 10) {
+            self.file.object.prefetch(range);
+        }
+    }
+}
+
 /// A dataset of Parquet shards.
 pub struct ParquetDataset {
     manifest: DatasetManifest,
@@ -251,6 +267,9 @@ impl ParquetDataset {
     /// Decodes the requested columns of row group `rg` of `shard`.
     fn decode(&self, shard: &Shard, rg: usize) -> Result<Vec<RecordBatch>, String> {
         self.decodes.fetch_add(1, Ordering::Relaxed);
+        // The decoder reads column chunk after column chunk: from an object store, their
+        // blocks are asked for together.
+        shard.prefetch(&[rg]);
         let rows = (shard.rg_starts[rg + 1] - shard.rg_starts[rg]) as usize;
         guarded(|| {
             let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(shard.file.clone(), shard.meta.clone())
@@ -430,16 +449,7 @@ impl Dataset for ParquetDataset {
                 groups.push(rg);
             }
         }
-        let meta = shard.meta.metadata();
-        let spans = groups.iter().filter_map(|&rg| meta.row_groups().get(rg)).flat_map(|g| {
-            g.columns().iter().enumerate().filter(|(leaf, _)| shard.mask.leaf_included(*leaf)).filter_map(|(_, c)| {
-                let start = u64::try_from(c.dictionary_page_offset().unwrap_or_else(|| c.data_page_offset())).ok()?;
-                Some((start, start.checked_add(u64::try_from(c.compressed_size()).ok()?)?))
-            })
-        });
-        for range in crate::storage::coalesce(spans, 64 << 10) {
-            shard.file.object.prefetch(range);
-        }
+        shard.prefetch(&groups);
     }
 }
 

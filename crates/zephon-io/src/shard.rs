@@ -170,10 +170,12 @@ pub(crate) fn open_shards<S: Send>(
     Ok(opened.into_iter().unzip())
 }
 
-/// `f(0..n)` on up to 8 threads, results in order. On errors, the one of the lowest index is
-/// returned (and higher indexes are not started), so the message does not depend on timing.
+/// `f(0..n)` on 8 threads (16 on more cores), results in order: opening shards waits on
+/// reads more than it computes, most of all from an object store, where each open is a chain
+/// of requests. On errors, the one of the lowest index is returned (and higher indexes are not
+/// started), so the message does not depend on timing.
 pub(crate) fn map_parallel<T: Send, E: Send>(n: usize, f: impl Fn(usize) -> Result<T, E> + Sync) -> Result<Vec<T>, E> {
-    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(8).min(n);
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).clamp(8, 16).min(n);
     if threads <= 1 {
         return (0..n).map(f).collect();
     }

@@ -332,6 +332,8 @@ fn open_shard(
         } else if let Some(starts) = load_index(&index_path, &hash, file.size()) {
             (starts, file.size())
         } else {
+            // Indexing reads the whole object in order: a remote one is fetched ahead.
+            file.prefetch(0..file.size());
             let (starts, end) = index_file(file.as_ref()).map_err(|e| format!("cannot index: {e}"))?;
             save_index(&index_path, &hash, end, &starts);
             (starts, end)
@@ -349,6 +351,7 @@ fn open_shard(
         match cached {
             Some(hit) => hit,
             None => {
+                file.prefetch(0..file.size());
                 let (starts, end) = decompress(file.as_ref(), compression, &hash, &copy_path)
                     .map_err(|e| format!("cannot decompress: {e}"))?;
                 save_index(&index_path, &hash, end, &starts);

@@ -268,6 +268,8 @@ fn open_shard(
     let samples = match index::load(&index_path, &hashed.hash, size) {
         Some(samples) => samples,
         None => {
+            // The scan visits every member's header, across the whole object.
+            file.prefetch(0..size);
             let members = header::scan(file.as_ref(), size).map_err(|e| format!("not a readable tar file: {e}"))?;
             let samples = index::group(members).map_err(|e| format!("not a usable WebDataset shard: {e}"))?;
             // The headers were read after the object was hashed: an index of another version
