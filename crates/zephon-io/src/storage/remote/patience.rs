@@ -41,10 +41,11 @@ impl Patience {
         }
     }
 
-    /// The pause before try `attempt` (1 = the first retry): exponential with full jitter, so
-    /// that the ranks of a node that failed together do not come back together.
+    /// The pause before retry `attempt` (1 = the first): the backoff doubling from its first
+    /// value up to its cap, of which half is drawn at random (jitter), so that the ranks of a
+    /// node that failed together do not come back together.
     fn pause(&self, attempt: u32) -> Duration {
-        let cap = self.backoff.saturating_mul(1 << attempt.min(16)).min(self.max_backoff);
+        let cap = self.backoff.saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(self.max_backoff);
         cap.mul_f64(jitter())
     }
 }
@@ -52,8 +53,8 @@ impl Patience {
 /// A number in [0.5, 1): half the backoff is kept, the other half drawn.
 fn jitter() -> f64 {
     static STATE: AtomicU64 = AtomicU64::new(0);
+    // Clock and a counter: different in every process and every call, which is all jitter needs.
     let seed = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-        ^ Instant::now().elapsed().as_nanos() as u64
         ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let mut x = seed;
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -215,7 +216,7 @@ mod tests {
             max_backoff: Duration::from_secs(1),
         };
         for attempt in 1..20 {
-            let cap = Duration::from_millis(100).saturating_mul(1 << attempt.min(16)).min(Duration::from_secs(1));
+            let cap = Duration::from_millis(100).saturating_mul(1 << (attempt - 1).min(16)).min(Duration::from_secs(1));
             let d = p.pause(attempt);
             assert!(d >= cap / 2 && d <= cap, "{attempt}: {d:?}");
         }
