@@ -164,7 +164,7 @@ impl BlockCache {
     /// Writes a block with its trailer. A full disk evicts half of what the cache holds and
     /// tries once more, then is an error that says so.
     fn write_block(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let write = || {
+        self.with_room(path, || {
             write_atomic(path, |f| {
                 use io::Write;
                 f.write_all(bytes)?;
@@ -172,7 +172,12 @@ impl BlockCache {
                 f.write_all(&Sha256::digest(bytes))?;
                 f.write_all(MAGIC)
             })
-        };
+        })
+    }
+
+    /// Runs `write` (of the block at `path`); on a full disk, evicts half of what the cache
+    /// holds and runs it once more.
+    fn with_room(&self, path: &Path, write: impl Fn() -> io::Result<()>) -> io::Result<()> {
         match write() {
             Err(e) if disk_full(&e) => {
                 let held = self.scan().iter().map(|(_, n, _)| n).sum::<u64>();
@@ -312,5 +317,43 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("5 bytes instead of 10"), "{err}");
         assert!(!fresh.path_of("obj", 9).exists());
+    }
+
+    #[test]
+    fn a_full_disk_evicts_half_and_writes_once_more_then_says_so() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = BlockCache::new(tmp.path().join("blocks"), 1 << 20).unwrap();
+        let stats = BlockStats::default();
+        let mut buf = [0u8; 1];
+        for i in 0..4 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            cache.read(Block { key: "obj", index: i, len: 10 }, 0, &mut buf, &stats, || Ok(vec![i as u8; 10])).unwrap();
+        }
+        let full = || io::Error::new(io::ErrorKind::StorageFull, "No space left on device");
+        // Full once: half the blocks (the least recently used) go, and the write goes through.
+        let tries = std::cell::Cell::new(0);
+        let target = cache.path_of("obj", 9);
+        cache
+            .with_room(&target, || {
+                tries.set(tries.get() + 1);
+                if tries.get() == 1 { Err(full()) } else { Ok(()) }
+            })
+            .unwrap();
+        assert_eq!(tries.get(), 2);
+        let left: Vec<bool> = (0..4).map(|i| cache.path_of("obj", i).exists()).collect();
+        assert_eq!(left, [false, false, true, true], "the two least recently used went");
+        // Still full after that: an error that says where and what to do.
+        let err = cache.with_room(&target, || Err(full())).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert!(err.to_string().contains("full disk") && err.to_string().contains("cache_dir"), "{err}");
+        // Other errors are not retried.
+        tries.set(0);
+        let err = cache
+            .with_room(&target, || {
+                tries.set(tries.get() + 1);
+                Err(io::Error::new(io::ErrorKind::PermissionDenied, "no"))
+            })
+            .unwrap_err();
+        assert_eq!((tries.get(), err.kind()), (1, io::ErrorKind::PermissionDenied));
     }
 }
