@@ -108,6 +108,9 @@ struct Shard {
 impl Shard {
     /// Hints the column chunks read of row groups `groups`, in order ([`Object::prefetch`]).
     fn prefetch(&self, groups: &[usize]) {
+        if !self.file.object.fetches_ahead() {
+            return;
+        }
         let meta = self.meta.metadata();
         let spans = groups.iter().filter_map(|&rg| meta.row_groups().get(rg)).flat_map(|g| {
             g.columns().iter().enumerate().filter(|(leaf, _)| self.mask.leaf_included(*leaf)).filter_map(|(_, c)| {
@@ -442,6 +445,9 @@ impl Dataset for ParquetDataset {
     /// The column chunks read of each row group the samples are in, in reading order.
     fn prefetch(&self, samples: &[SampleId]) {
         let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        if !shard.file.object.fetches_ahead() {
+            return;
+        }
         let mut groups: Vec<usize> = Vec::new();
         for s in samples {
             let rg = shard.rg_starts.partition_point(|&start| start <= s.row).saturating_sub(1);

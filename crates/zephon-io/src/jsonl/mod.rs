@@ -281,6 +281,9 @@ impl Dataset for JsonlDataset {
 
     fn prefetch(&self, samples: &[SampleId]) {
         let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        if !shard.file.fetches_ahead() {
+            return;
+        }
         let spans = samples.iter().filter_map(|s| shard.row_span(s.row as usize));
         for range in crate::storage::coalesce(spans, PREFETCH_GAP) {
             shard.file.prefetch(range);

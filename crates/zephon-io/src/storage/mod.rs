@@ -117,6 +117,12 @@ pub trait Object: Send + Sync + fmt::Debug {
         let _ = range;
     }
 
+    /// Whether [`Object::prefetch`] does anything: readers skip turning samples into byte
+    /// ranges for an object that does not fetch ahead (a local file).
+    fn fetches_ahead(&self) -> bool {
+        false
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`; an error naming the range if it ends
     /// before.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {

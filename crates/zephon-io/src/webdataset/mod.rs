@@ -197,6 +197,9 @@ impl Dataset for TarDataset {
     /// The members of the samples, in archive order.
     fn prefetch(&self, samples: &[SampleId]) {
         let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        if !shard.file.fetches_ahead() {
+            return;
+        }
         let spans = samples
             .iter()
             .filter_map(|s| shard.samples.get(s.row as usize))

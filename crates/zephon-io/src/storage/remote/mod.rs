@@ -383,6 +383,10 @@ impl Object for RemoteObject {
         Ok(n)
     }
 
+    fn fetches_ahead(&self) -> bool {
+        self.prefetcher.is_some()
+    }
+
     fn prefetch(&self, range: Range<u64>) {
         let end = range.end.min(self.size);
         if range.start >= end {
