@@ -100,6 +100,21 @@ pub trait Dataset: Send + Sync {
     fn prefetch(&self, samples: &[SampleId]) {
         let _ = samples;
     }
+
+    /// A plan from the schedule: `samples` (all of one shard) are read in chunk number `at` (a
+    /// lane's n-th chunk: every lane reads its n-th at about the same time), and this process's
+    /// lanes all read chunk `now` or later. A dataset with a cache that evicts by next use keeps
+    /// what is read soonest; it must return at once and never changes what
+    /// [`Dataset::read`] returns. The default does nothing.
+    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
+        let _ = (samples, at, now);
+    }
+
+    /// How many bytes of its reads ahead the dataset wants planned ([`Dataset::plan`]); 0, the
+    /// default: none, and the engine computes no plan.
+    fn plans_ahead(&self) -> u64 {
+        0
+    }
 }
 
 /// The run's datasets, numbered in order: reads any mix of samples, one batch per shard.
@@ -143,12 +158,37 @@ impl Datasets {
     /// Hints that `samples` will be read soon, in this order ([`Dataset::prefetch`]), one
     /// call per run of samples of one shard.
     pub fn prefetch(&self, samples: &[SampleId]) {
+        self.each_shard_run(samples, |ds, run| ds.prefetch(run));
+    }
+
+    /// Plans the reads of `samples` in chunk number `at` ([`Dataset::plan`]), one call per run
+    /// of samples of one shard.
+    pub fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
+        self.each_shard_run(samples, |ds, run| ds.plan(run, at, now));
+    }
+
+    /// The most bytes of reads ahead any dataset wants planned ([`Dataset::plans_ahead`]).
+    pub fn plans_ahead(&self) -> u64 {
+        self.list.iter().map(|d| d.plans_ahead()).max().unwrap_or(0)
+    }
+
+    /// The mean stored bytes of a row over all datasets (at least 1).
+    pub fn bytes_per_row(&self) -> u64 {
+        let (bytes, rows) = self.list.iter().fold((0u64, 0u64), |(b, r), d| {
+            let m = d.manifest();
+            (b.saturating_add(m.bytes()), r.saturating_add(m.rows()))
+        });
+        bytes.checked_div(rows).unwrap_or(0).max(1)
+    }
+
+    /// Calls `f` with each run of consecutive samples of one shard and its dataset.
+    fn each_shard_run(&self, samples: &[SampleId], f: impl Fn(&dyn Dataset, &[SampleId])) {
         let mut start = 0;
         while start < samples.len() {
             let first = samples[start];
             let end = start + Self::run_of_one_shard(&samples[start..]);
             if let Some(ds) = self.list.get(first.dataset as usize) {
-                ds.prefetch(&samples[start..end]);
+                f(ds.as_ref(), &samples[start..end]);
             }
             start = end;
         }

@@ -109,8 +109,11 @@ pub struct StorageOptions {
     /// The node's block cache folder, shared by its processes (default `blocks/` under the
     /// cache folder).
     pub cache_dir: Option<PathBuf>,
-    /// The most bytes of blocks the cache holds (default 16 GiB); the least recently used go.
+    /// The most bytes of blocks the cache holds (default 16 GiB); past it, blocks go by
+    /// `eviction`.
     pub cache_bytes: Option<u64>,
+    /// Which blocks go when the cache is full (default [`Eviction::NextUse`]).
+    pub eviction: Option<Eviction>,
     /// Seconds one try of a request may take in all (default: no limit; the stall timeout
     /// watches progress instead).
     pub timeout_s: Option<f64>,
@@ -156,6 +159,11 @@ impl StorageOptions {
         self.prefetch_requests.unwrap_or(8)
     }
 
+    /// Which blocks go when the cache is full.
+    pub fn eviction(&self) -> Eviction {
+        self.eviction.unwrap_or_default()
+    }
+
     /// Tries of a request after the first.
     pub fn retries(&self) -> u32 {
         self.retries.unwrap_or(10)
@@ -181,14 +189,38 @@ impl StorageOptions {
             .map_or_else(|| "blocks/ under the cache folder".into(), |d| d.display().to_string());
         let endpoint = self.endpoint.as_ref().map_or(String::new(), |e| format!(", endpoint {e}"));
         format!(
-            "object stores read in blocks of {} bytes, cached for the node in {dir} (at most {} bytes){endpoint}; \
+            "object stores read in blocks of {} bytes, cached for the node in {dir} (at most {} bytes, evicted by {}){endpoint}; \
              {} retries, stall timeout {} s, prefetch by the schedule with {} requests in flight",
             self.block_bytes(),
             self.cache_bytes(),
+            self.eviction().describe(),
             self.retries(),
             self.stall_timeout().as_secs_f64(),
             self.prefetch_requests()
         )
+    }
+}
+
+/// Which blocks the block cache removes when it is full.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Eviction {
+    /// The block whose next read by a lane of this process is furthest ahead in the schedule
+    /// goes first; blocks no lane reads again (within the plan's horizon of twice the cache)
+    /// go before any, least recently used first. A block this process has not read or planned
+    /// (another process of the node's) goes before any it will read again.
+    #[default]
+    NextUse,
+    /// The least recently used block goes first.
+    Lru,
+}
+
+impl Eviction {
+    /// Its name in a spec: `next_use` or `lru`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Eviction::NextUse => "next_use",
+            Eviction::Lru => "lru",
+        }
     }
 }
 

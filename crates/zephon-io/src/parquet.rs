@@ -29,7 +29,7 @@ use crate::parquet_images;
 use crate::shard::{
     CONTENT_DIR, content_hash, default_cache_dir, manifest_entry, map_parallel, remove_stale_temporaries,
 };
-use crate::storage::{Object, ObjectReader};
+use crate::storage::{Object, ObjectReader, Upcoming};
 use crate::{DatasetOptions, Error};
 
 /// Decoded row groups kept per dataset, by bytes.
@@ -106,9 +106,10 @@ struct Shard {
 }
 
 impl Shard {
-    /// Hints the column chunks read of row groups `groups`, in order ([`Object::prefetch`]).
-    fn prefetch(&self, groups: &[usize]) {
-        if !self.file.object.fetches_ahead() {
+    /// Passes what the schedule says of row groups `groups` on to the file, as the column
+    /// chunks read of each, in order.
+    fn upcoming(&self, groups: &[usize], upcoming: Upcoming) {
+        if !upcoming.wanted_by(self.file.object.as_ref()) {
             return;
         }
         let meta = self.meta.metadata();
@@ -118,9 +119,7 @@ impl Shard {
                 Some((start, start.checked_add(u64::try_from(c.compressed_size()).ok()?)?))
             })
         });
-        for range in crate::storage::coalesce(spans, 64 << 10) {
-            self.file.object.prefetch(range);
-        }
+        upcoming.tell(self.file.object.as_ref(), spans);
     }
 }
 
@@ -272,7 +271,7 @@ impl ParquetDataset {
         self.decodes.fetch_add(1, Ordering::Relaxed);
         // The decoder reads column chunk after column chunk: from an object store, their
         // blocks are asked for together.
-        shard.prefetch(&[rg]);
+        shard.upcoming(&[rg], Upcoming::Soon);
         let rows = (shard.rg_starts[rg + 1] - shard.rg_starts[rg]) as usize;
         guarded(|| {
             let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(shard.file.clone(), shard.meta.clone())
@@ -442,10 +441,25 @@ impl Dataset for ParquetDataset {
         }
     }
 
-    /// The column chunks read of each row group the samples are in, in reading order.
     fn prefetch(&self, samples: &[SampleId]) {
+        self.upcoming(samples, Upcoming::Soon);
+    }
+
+    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
+        self.upcoming(samples, Upcoming::At { at, now });
+    }
+
+    fn plans_ahead(&self) -> u64 {
+        self.shards.iter().map(|s| s.file.object.plans_ahead()).max().unwrap_or(0)
+    }
+}
+
+impl ParquetDataset {
+    /// Passes what the schedule says of `samples` (all of one shard) on to its file: the
+    /// column chunks read of each row group they are in, in reading order.
+    fn upcoming(&self, samples: &[SampleId], upcoming: Upcoming) {
         let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
-        if !shard.file.object.fetches_ahead() {
+        if !upcoming.wanted_by(shard.file.object.as_ref()) {
             return;
         }
         let mut groups: Vec<usize> = Vec::new();
@@ -455,7 +469,7 @@ impl Dataset for ParquetDataset {
                 groups.push(rg);
             }
         }
-        shard.prefetch(&groups);
+        shard.upcoming(&groups, upcoming);
     }
 }
 

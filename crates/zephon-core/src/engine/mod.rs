@@ -14,6 +14,7 @@
 //! consumer's side, the [`Engine`].
 
 mod lane;
+mod lookahead;
 mod restore;
 mod schedule;
 mod settings;
@@ -225,6 +226,7 @@ impl Engine {
                 paused: vec![false; n],
                 resumes: VecDeque::new(),
                 units_timed: timing::Sampler::first(64),
+                lookahead: lookahead::Lookahead::new(&spec.datasets, n),
             }),
             work_cv: Condvar::new(),
             step_cv: Condvar::new(),

@@ -149,6 +149,8 @@ pub(crate) struct Sched {
     pub(crate) resumes: VecDeque<usize>,
     /// Which units are timed.
     pub(crate) units_timed: super::timing::Sampler,
+    /// The plan of reads ahead, for a cache that evicts by next use.
+    pub(crate) lookahead: super::lookahead::Lookahead,
 }
 
 pub(crate) enum UnitKind {
@@ -306,7 +308,6 @@ impl Sched {
     /// The lane's next unit of input: up to `unit_samples` samples of its current chunk (fewer
     /// for its first units), or the end of its input.
     pub(crate) fn cut(&mut self, i: usize, shared: &Shared) -> UnitKind {
-        let lane = shared.slots[i].lane;
         let d = &mut self.lanes[i];
         if let Some(q) = d.steered.as_mut() {
             return match q.pop_front() {
@@ -319,23 +320,16 @@ impl Sched {
             };
         }
         loop {
-            let chunk = match &d.chunk {
-                Some(c) => c.clone(),
-                None => match shared.source.chunk(lane, shared.topology.lanes(), d.cursor.chunk) {
-                    Ok(Some(c)) => {
-                        // The schedule knows the whole chunk now: its bytes can be on their way
-                        // while its first units are processed.
-                        shared.datasets.prefetch(&c.samples);
-                        let c = Arc::new(c);
-                        d.chunk = Some(c.clone());
-                        c
-                    }
+            let chunk = match self.lanes[i].chunk.clone() {
+                Some(c) => c,
+                None => match self.load(i, shared) {
+                    Ok(Some(c)) => c,
                     Ok(None) => {
-                        d.ended = true;
+                        self.lanes[i].ended = true;
                         return UnitKind::End;
                     }
                     Err(e) => {
-                        d.ended = true;
+                        self.lanes[i].ended = true;
                         return UnitKind::SourceFailed(match e {
                             crate::Error::Source { message, .. } => message,
                             other => other.to_string(),
@@ -343,6 +337,7 @@ impl Sched {
                     }
                 },
             };
+            let d = &mut self.lanes[i];
             let len = chunk.samples.len();
             let start = d.cursor.offset as usize;
             if start >= len {
@@ -365,5 +360,19 @@ impl Sched {
             }
             return UnitKind::Samples { chunk, n, start, end };
         }
+    }
+
+    /// Loads lane `i`'s chunk at its cursor; `None` at the end of its input.
+    fn load(&mut self, i: usize, shared: &Shared) -> crate::Result<Option<Arc<Chunk>>> {
+        let lane = shared.slots[i].lane;
+        let n = self.lanes[i].cursor.chunk;
+        let Some(chunk) = shared.source.chunk(lane, shared.topology.lanes(), n)? else { return Ok(None) };
+        // The schedule knows the whole chunk now: its bytes can be on their way while its
+        // first units are processed, and a cache that evicts by next use hears of the next.
+        shared.datasets.prefetch(&chunk.samples);
+        self.lookahead.loaded(i, lane, &chunk, n, &self.lanes, shared);
+        let chunk = Arc::new(chunk);
+        self.lanes[i].chunk = Some(chunk.clone());
+        Ok(Some(chunk))
     }
 }

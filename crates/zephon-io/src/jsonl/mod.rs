@@ -19,7 +19,7 @@ use crate::fields::Fields;
 use crate::images::{self, Image, ImageHandles, ReadError};
 use crate::layout::ShardRef;
 use crate::shard::{CONTENT_DIR, content_hash, hash_hex, manifest_entry, open_shards};
-use crate::storage::{LocalObject, Object};
+use crate::storage::{LocalObject, Object, Upcoming};
 use crate::{DatasetOptions, Result};
 
 mod index;
@@ -271,8 +271,16 @@ impl JsonlDataset {
     }
 }
 
-/// Rows closer than this are hinted as one range: a block holds both anyway.
-const PREFETCH_GAP: u64 = 64 << 10;
+impl JsonlDataset {
+    /// Passes what the schedule says of `samples` (all of one shard) on to its file, as the
+    /// byte spans of their rows.
+    fn upcoming(&self, samples: &[SampleId], upcoming: Upcoming) {
+        let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        if upcoming.wanted_by(shard.file.as_ref()) {
+            upcoming.tell(shard.file.as_ref(), samples.iter().filter_map(|s| shard.row_span(s.row as usize)));
+        }
+    }
+}
 
 impl Dataset for JsonlDataset {
     fn manifest(&self) -> &DatasetManifest {
@@ -280,14 +288,15 @@ impl Dataset for JsonlDataset {
     }
 
     fn prefetch(&self, samples: &[SampleId]) {
-        let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
-        if !shard.file.fetches_ahead() {
-            return;
-        }
-        let spans = samples.iter().filter_map(|s| shard.row_span(s.row as usize));
-        for range in crate::storage::coalesce(spans, PREFETCH_GAP) {
-            shard.file.prefetch(range);
-        }
+        self.upcoming(samples, Upcoming::Soon);
+    }
+
+    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
+        self.upcoming(samples, Upcoming::At { at, now });
+    }
+
+    fn plans_ahead(&self) -> u64 {
+        self.shards.iter().map(|s| s.file.plans_ahead()).max().unwrap_or(0)
     }
 
     fn read(&self, samples: &[SampleId], out: &mut Vec<std::result::Result<Record, OpError>>) {

@@ -9,10 +9,12 @@
 //!   lock file (`flock`), looks again, and fetches only if the block is still missing. The
 //!   kernel releases the lock of a process that dies, so a killed holder never leaves a lock
 //!   stuck.
-//! - A size cap: past it, the least recently used blocks of this cache's own naming are
-//!   removed (a block read is touched); nothing else in the folder is ever removed.
+//! - A size cap: past it, blocks of this cache's own naming are removed (nothing else in the
+//!   folder ever is): by default the block whose next read by this process's lanes is furthest
+//!   ahead, as the schedule said ([`BlockCache::plan`]), after those it will not read again;
+//!   or the least recently used (a block read is touched).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -23,6 +25,7 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
+use crate::Eviction;
 use crate::shard::write_atomic;
 
 /// What every block file ends with, after its bytes: length (8 bytes LE), SHA-256 (32), magic.
@@ -64,14 +67,44 @@ pub(crate) struct BlockCache {
     used: AtomicU64,
     /// Blocks this process has checked against their trailer (read by positioned reads after).
     checked: Mutex<HashSet<PathBuf>>,
+    eviction: Eviction,
+    /// When this process's lanes read each block next, as the schedule said.
+    plan: Mutex<NextUses>,
+}
+
+/// The reads the schedule announced, by block: the chunk numbers (a lane's n-th chunk, read by
+/// every lane at about the same time) that read it, and the lowest chunk number a lane of this
+/// process still reads: uses before it are past.
+#[derive(Debug, Default)]
+struct NextUses {
+    now: u64,
+    uses: HashMap<PathBuf, BTreeSet<u64>>,
+}
+
+impl NextUses {
+    /// Forgets the uses that are past.
+    fn forget_past(&mut self) {
+        let now = self.now;
+        self.uses.retain(|_, at| {
+            *at = at.split_off(&now);
+            !at.is_empty()
+        });
+    }
 }
 
 impl BlockCache {
-    /// The cache in `dir`, holding at most `cap` bytes of blocks.
-    pub(crate) fn new(dir: PathBuf, cap: u64) -> io::Result<BlockCache> {
+    /// The cache in `dir`, holding at most `cap` bytes of blocks, evicting by `eviction`.
+    pub(crate) fn new(dir: PathBuf, cap: u64, eviction: Eviction) -> io::Result<BlockCache> {
         fs::create_dir_all(&dir).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
         crate::shard::remove_stale_temporaries(std::slice::from_ref(&dir));
-        let cache = BlockCache { dir, cap, used: AtomicU64::new(0), checked: Mutex::new(HashSet::new()) };
+        let cache = BlockCache {
+            dir,
+            cap,
+            used: AtomicU64::new(0),
+            checked: Mutex::new(HashSet::new()),
+            eviction,
+            plan: Mutex::new(NextUses::default()),
+        };
         cache.used.store(cache.scan().iter().map(|(_, n, _)| n).sum(), Ordering::Relaxed);
         Ok(cache)
     }
@@ -84,6 +117,29 @@ impl BlockCache {
     /// The folder.
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// How many bytes of reads ahead the schedule should announce ([`BlockCache::plan`]):
+    /// twice the cache under eviction by next use (what is read again within that span is
+    /// what a full cache can keep), none under LRU.
+    pub(crate) fn plans_ahead(&self) -> u64 {
+        match self.eviction {
+            Eviction::NextUse => self.cap.saturating_mul(2),
+            Eviction::Lru => 0,
+        }
+    }
+
+    /// The schedule's word: blocks `blocks` of the object version `key` are read in chunk
+    /// number `at`, and this process's lanes all read chunk `now` or later.
+    pub(crate) fn plan(&self, key: &str, blocks: std::ops::RangeInclusive<u64>, at: u64, now: u64) {
+        if self.eviction != Eviction::NextUse {
+            return;
+        }
+        let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
+        plan.now = plan.now.max(now);
+        for index in blocks {
+            plan.uses.entry(self.path_of(key, index)).or_default().insert(at);
+        }
     }
 
     fn path_of(&self, key: &str, index: u64) -> PathBuf {
@@ -99,17 +155,30 @@ impl BlockCache {
         offset: u64,
         buf: &mut [u8],
         stats: &BlockStats,
-        fetch: impl FnOnce() -> io::Result<Vec<u8>>,
+        fetch: impl Fn() -> io::Result<Vec<u8>>,
     ) -> io::Result<()> {
         let path = self.path_of(block.key, block.index);
-        if !self.ensure(block, stats, fetch)? {
-            stats.hits.fetch_add(1, Ordering::Relaxed);
+        let mut tries = 0;
+        loop {
+            if !self.ensure(block, stats, &fetch)? {
+                stats.hits.fetch_add(1, Ordering::Relaxed);
+            }
+            match fs::File::open(&path) {
+                Ok(file) => {
+                    file.read_exact_at(buf, offset)?;
+                    // Touched on use, so that eviction takes the least recently used.
+                    let _ = file.set_modified(SystemTime::now());
+                    return Ok(());
+                }
+                // Evicted (by another thread or process) between its check and this open:
+                // fetched again.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => {
+                    tries += 1;
+                    self.lock_checked().remove(&path);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        let file = fs::File::open(&path)?;
-        file.read_exact_at(buf, offset)?;
-        // Touched on use, so that eviction takes the least recently used.
-        let _ = file.set_modified(SystemTime::now());
-        Ok(())
     }
 
     /// Whether this process already checked `block` whole (no I/O): a prefetch of it is not
@@ -240,12 +309,16 @@ impl BlockCache {
             .collect()
     }
 
-    /// Removes the least recently used blocks until the cache holds at most `target` bytes
-    /// (never `keep`, the block just written).
+    /// Removes blocks, in the order of [`BlockCache::eviction`], until the cache holds at most
+    /// `target` bytes (never `keep`, the block just written).
     fn evict(&self, keep: &Path, target: u64) {
+        let counted = self.used.load(Ordering::Relaxed);
         let mut blocks = self.scan();
         let mut used: u64 = blocks.iter().map(|(_, n, _)| n).sum();
-        blocks.sort_by_key(|(_, _, t)| *t);
+        match self.eviction {
+            Eviction::Lru => blocks.sort_by_key(|(_, _, t)| *t),
+            Eviction::NextUse => self.order_by_next_use(&mut blocks),
+        }
         for (path, n, _) in blocks {
             if used <= target {
                 break;
@@ -258,7 +331,28 @@ impl BlockCache {
                 self.lock_checked().remove(&path);
             }
         }
-        self.used.store(used, Ordering::Relaxed);
+        // What is left, plus what other threads wrote since the scan (they counted it, and may
+        // have seen the cap not yet passed).
+        let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+            Some(used.saturating_add(now.saturating_sub(counted)))
+        });
+    }
+}
+
+impl BlockCache {
+    /// Orders `blocks` for eviction by next use: first the blocks this process read and will
+    /// not read again (least recently used first), then those of other processes, whose
+    /// plans it does not know (least recently used first), then the rest, the one read
+    /// furthest ahead first.
+    fn order_by_next_use(&self, blocks: &mut [(PathBuf, u64, SystemTime)]) {
+        let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
+        plan.forget_past();
+        let checked = self.lock_checked();
+        blocks.sort_by_cached_key(|(path, _, t)| match plan.uses.get(path).and_then(|at| at.first()) {
+            Some(&next) => (2, u64::MAX - next, *t),
+            None if checked.contains(path) => (0, 0, *t),
+            None => (1, 0, *t),
+        });
     }
 }
 
@@ -274,7 +368,7 @@ mod tests {
     #[test]
     fn a_block_is_fetched_once_checked_and_evicted_by_last_use() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = BlockCache::new(tmp.path().join("blocks"), 2 * (10 + TRAILER)).unwrap();
+        let cache = BlockCache::new(tmp.path().join("blocks"), 2 * (10 + TRAILER), Eviction::Lru).unwrap();
         let stats = BlockStats::default();
         let mut buf = [0u8; 4];
         for round in 0..2 {
@@ -289,7 +383,7 @@ mod tests {
         let mut bytes = fs::read(&path).unwrap();
         bytes[2] ^= 1;
         fs::write(&path, &bytes).unwrap();
-        let fresh = BlockCache::new(tmp.path().join("blocks"), 2 * (10 + TRAILER)).unwrap();
+        let fresh = BlockCache::new(tmp.path().join("blocks"), 2 * (10 + TRAILER), Eviction::Lru).unwrap();
         fresh
             .read(Block { key: "obj", index: 0, len: 10 }, 0, &mut buf, &stats, || Ok(b"0123456789".to_vec()))
             .unwrap();
@@ -322,7 +416,7 @@ mod tests {
     #[test]
     fn a_full_disk_evicts_half_and_writes_once_more_then_says_so() {
         let tmp = tempfile::tempdir().unwrap();
-        let cache = BlockCache::new(tmp.path().join("blocks"), 1 << 20).unwrap();
+        let cache = BlockCache::new(tmp.path().join("blocks"), 1 << 20, Eviction::Lru).unwrap();
         let stats = BlockStats::default();
         let mut buf = [0u8; 1];
         for i in 0..4 {
@@ -355,5 +449,47 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!((tries.get(), err.kind()), (1, io::ErrorKind::PermissionDenied));
+    }
+
+    #[test]
+    fn next_use_evicts_what_is_read_furthest_ahead_after_what_is_never_read_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cap = 3 * (10 + TRAILER);
+        let cache = BlockCache::new(tmp.path().join("blocks"), cap, Eviction::NextUse).unwrap();
+        assert_eq!(cache.plans_ahead(), 2 * cap);
+        let stats = BlockStats::default();
+        let mut buf = [0u8; 1];
+        let read = |i: u64| {
+            let mut b = [0u8; 1];
+            cache.read(Block { key: "obj", index: i, len: 10 }, 0, &mut b, &stats, || Ok(vec![i as u8; 10])).unwrap();
+        };
+        // Chunk 0 reads blocks 0, 1, 2; block 0 again in chunk 5, block 1 in chunk 9, block 2 never.
+        for (blocks, at) in [(0..=2, 0), (0..=0, 5), (1..=1, 9), (3..=3, 1)] {
+            cache.plan("obj", blocks, at, 0);
+        }
+        (0..3).for_each(read);
+        // Block 3 (chunk 1) needs room: block 2 goes, never read again.
+        cache.plan("obj", 3..=3, 1, 1);
+        read(3);
+        let held = |cache: &BlockCache| -> Vec<bool> { (0..5).map(|i| cache.path_of("obj", i).exists()).collect() };
+        assert_eq!(held(&cache), [true, true, false, true, false]);
+        // Block 4 (chunk 2): of blocks 0 (chunk 5), 1 (chunk 9) and 3 (past), block 3 goes;
+        // next, block 1, read furthest ahead.
+        cache.plan("obj", 4..=4, 2, 2);
+        read(4);
+        assert_eq!(held(&cache), [true, true, false, false, true]);
+        // Block 2 again (chunks 3 and 6): block 4, past, goes.
+        cache.plan("obj", 2..=2, 3, 3);
+        cache.plan("obj", 2..=2, 6, 3);
+        cache.read(Block { key: "obj", index: 2, len: 10 }, 0, &mut buf, &stats, || Ok(vec![2; 10])).unwrap();
+        assert_eq!(held(&cache), [true, true, true, false, false]);
+        // Block 3 (chunk 4): blocks 0, 1 and 2 are read in chunks 5, 9 and 6; block 1 goes.
+        cache.plan("obj", 3..=3, 4, 4);
+        read(3);
+        assert_eq!(held(&cache), [true, false, true, true, false]);
+        // Under LRU, no plan is kept and none is asked for.
+        let lru = BlockCache::new(tmp.path().join("lru"), cap, Eviction::Lru).unwrap();
+        lru.plan("obj", 0..=9, 1, 0);
+        assert_eq!((lru.plans_ahead(), lru.plan.lock().unwrap().uses.len()), (0, 0));
     }
 }

@@ -79,6 +79,41 @@ pub fn coalesce(spans: impl IntoIterator<Item = (u64, u64)>, gap: u64) -> Vec<st
     out
 }
 
+/// What the schedule says of reads to come, as readers pass it on to their objects.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Upcoming {
+    /// Read soon: fetch now ([`Object::prefetch`]).
+    Soon,
+    /// Read in chunk number `at`, while this process reads chunk `now` or later
+    /// ([`Object::plan`]).
+    At {
+        /// The chunk number of the read.
+        at: u64,
+        /// The lowest chunk number this process's lanes still read.
+        now: u64,
+    },
+}
+
+impl Upcoming {
+    /// Whether `object` does anything with it: readers turn samples into byte ranges only then.
+    pub(crate) fn wanted_by(self, object: &dyn Object) -> bool {
+        match self {
+            Upcoming::Soon => object.fetches_ahead(),
+            Upcoming::At { .. } => object.plans_ahead() > 0,
+        }
+    }
+
+    /// Tells `object` of the byte spans `spans` (start, end), those closer than 64 KiB as one.
+    pub(crate) fn tell(self, object: &dyn Object, spans: impl IntoIterator<Item = (u64, u64)>) {
+        for range in coalesce(spans, 64 << 10) {
+            match self {
+                Upcoming::Soon => object.prefetch(range),
+                Upcoming::At { at, now } => object.plan(range, at, now),
+            }
+        }
+    }
+}
+
 /// One readable object: a local file, an object in memory or in a bucket.
 pub trait Object: Send + Sync + fmt::Debug {
     /// Where it is, as a user names it (a path or a URL): what messages say.
@@ -121,6 +156,20 @@ pub trait Object: Send + Sync + fmt::Debug {
     /// ranges for an object that does not fetch ahead (a local file).
     fn fetches_ahead(&self) -> bool {
         false
+    }
+
+    /// The schedule's word that bytes `range` are read in chunk number `at` (a lane's n-th
+    /// chunk; every lane reads its n-th at about the same time), while the lanes of this
+    /// process all read chunk `now` or later: a cache that evicts by next use keeps what is
+    /// read soonest. Returns at once; never changes what a read returns.
+    fn plan(&self, range: std::ops::Range<u64>, at: u64, now: u64) {
+        let _ = (range, at, now);
+    }
+
+    /// How many bytes of reads ahead it wants announced by [`Object::plan`]; 0 (the default):
+    /// none.
+    fn plans_ahead(&self) -> u64 {
+        0
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`; an error naming the range if it ends

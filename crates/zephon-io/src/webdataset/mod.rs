@@ -30,7 +30,7 @@ use crate::images::{Image, ImageHandles};
 use crate::jsonl::parse_row;
 use crate::layout::ShardRef;
 use crate::shard::{CONTENT_DIR, content_hash, hash_hex, manifest_entry, open_shards};
-use crate::storage::Object;
+use crate::storage::{Object, Upcoming};
 use crate::{DatasetOptions, Error, Result};
 use index::{Entry, Sample};
 
@@ -194,24 +194,36 @@ impl Dataset for TarDataset {
         &self.manifest
     }
 
-    /// The members of the samples, in archive order.
     fn prefetch(&self, samples: &[SampleId]) {
-        let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
-        if !shard.file.fetches_ahead() {
-            return;
-        }
-        let spans = samples
-            .iter()
-            .filter_map(|s| shard.samples.get(s.row as usize))
-            .flat_map(|s| s.members.iter().map(|m| (m.offset, m.offset.saturating_add(m.size))));
-        for range in crate::storage::coalesce(spans, 64 << 10) {
-            shard.file.prefetch(range);
-        }
+        self.upcoming(samples, Upcoming::Soon);
+    }
+
+    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
+        self.upcoming(samples, Upcoming::At { at, now });
+    }
+
+    fn plans_ahead(&self) -> u64 {
+        self.shards.iter().map(|s| s.file.plans_ahead()).max().unwrap_or(0)
     }
 
     fn read(&self, samples: &[SampleId], out: &mut Vec<std::result::Result<Record, OpError>>) {
         for &id in samples {
             out.push(self.read_row(id));
+        }
+    }
+}
+
+impl TarDataset {
+    /// Passes what the schedule says of `samples` (all of one shard) on to its archive, as
+    /// the byte spans of their members.
+    fn upcoming(&self, samples: &[SampleId], upcoming: Upcoming) {
+        let Some(shard) = samples.first().and_then(|s| self.shards.get(s.shard as usize)) else { return };
+        if upcoming.wanted_by(shard.file.as_ref()) {
+            let spans = samples
+                .iter()
+                .filter_map(|s| shard.samples.get(s.row as usize))
+                .flat_map(|s| s.members.iter().map(|m| (m.offset, m.offset.saturating_add(m.size))));
+            upcoming.tell(shard.file.as_ref(), spans);
         }
     }
 }

@@ -352,6 +352,10 @@ impl Spec {
             block_bytes: s.block_bytes,
             cache_dir: s.cache_dir.as_deref().map(|d| self.resolve(d)),
             cache_bytes: s.cache_bytes,
+            eviction: s.eviction.map(|e| match e {
+                sections::EvictionSpec::NextUse => zephon_io::Eviction::NextUse,
+                sections::EvictionSpec::Lru => zephon_io::Eviction::Lru,
+            }),
             timeout_s: s.timeout_s,
             stall_timeout_s: s.stall_timeout_s,
             retries: s.retries,

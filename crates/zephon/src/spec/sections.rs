@@ -544,6 +544,16 @@ macro_rules! choice {
 }
 
 choice! {
+    /// `[storage] eviction`.
+    EvictionSpec {
+        /// The block read furthest ahead by the schedule.
+        NextUse,
+        /// The least recently used block.
+        Lru
+    }
+}
+
+choice! {
     /// `[chat] loss_on`.
     ChatLossOn {
         /// Every assistant turn.
@@ -730,6 +740,8 @@ pub struct StorageSpec {
     pub cache_dir: Option<String>,
     /// The most bytes the block cache holds (default 16 GiB).
     pub cache_bytes: Option<u64>,
+    /// Which blocks go when the cache is full (default `next_use`).
+    pub eviction: Option<EvictionSpec>,
     /// Seconds one try of a request may take in all (default: no limit).
     pub timeout_s: Option<f64>,
     /// Seconds a request may go without a byte arriving before it is tried again (default 30).

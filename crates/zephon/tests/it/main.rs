@@ -4,6 +4,7 @@ mod assembly;
 mod chat;
 mod closed_loop;
 mod end_to_end;
+mod eviction;
 mod faults;
 mod finite;
 mod hardening;

@@ -30,6 +30,7 @@ fn spec_keys() -> BTreeSet<(String, String)> {
         JpegDecoder,
         ChatLossOn,
         ChatLongConversations,
+        EvictionSpec,
         zephon::Exhaustion,
         zephon::Balance,
         zephon::BadRecords,

@@ -107,7 +107,7 @@ impl RemoteStore {
             root,
             store,
             prefix,
-            blocks: shared_cache(dir, options.cache_bytes())?,
+            blocks: shared_cache(dir, options.cache_bytes(), options.eviction())?,
             block_bytes: options.block_bytes(),
             stats: Arc::new(BlockStats::default()),
             patience: Patience::of(options),
@@ -130,14 +130,14 @@ impl RemoteStore {
 }
 
 /// One cache per folder in a process, so that every store of the process counts the same
-/// bytes against the cap.
-fn shared_cache(dir: PathBuf, cap: u64) -> io::Result<Arc<BlockCache>> {
+/// bytes against the cap (the first store's cap and eviction rule hold for all of them).
+fn shared_cache(dir: PathBuf, cap: u64, eviction: crate::Eviction) -> io::Result<Arc<BlockCache>> {
     static CACHES: OnceLock<std::sync::Mutex<Vec<Arc<BlockCache>>>> = OnceLock::new();
     let mut all = CACHES.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(c) = all.iter().find(|c| c.dir() == dir) {
         return Ok(c.clone());
     }
-    let c = Arc::new(BlockCache::new(dir, cap)?);
+    let c = Arc::new(BlockCache::new(dir, cap, eviction)?);
     all.push(c.clone());
     Ok(c)
 }
@@ -379,7 +379,7 @@ impl Object for RemoteObject {
         let (block, range) = self.block(offset / self.block_bytes);
         let within = offset - range.start;
         let n = (buf.len() as u64).min(block.len - within) as usize;
-        self.blocks.read(block, within, &mut buf[..n], &self.stats, || self.fetch(range))?;
+        self.blocks.read(block, within, &mut buf[..n], &self.stats, || self.fetch(range.clone()))?;
         Ok(n)
     }
 
@@ -397,6 +397,17 @@ impl Object for RemoteObject {
             let most = (self.blocks.cap() / self.block_bytes / 4).max(1) as usize;
             p.hint(&me, range.start / self.block_bytes..=(end - 1) / self.block_bytes, most);
         }
+    }
+
+    fn plan(&self, range: Range<u64>, at: u64, now: u64) {
+        let end = range.end.min(self.size);
+        if range.start < end {
+            self.blocks.plan(&self.version, range.start / self.block_bytes..=(end - 1) / self.block_bytes, at, now);
+        }
+    }
+
+    fn plans_ahead(&self) -> u64 {
+        self.blocks.plans_ahead()
     }
 
     fn unchanged(&self) -> io::Result<bool> {
