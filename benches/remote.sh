@@ -11,11 +11,22 @@
 # (each from a cold cache), bytes fetched against the corpus size, requests per step, blocks
 # prefetched; and the same run with prefetch off.
 #
+# Two passes (at 20 ms, 256 KiB blocks): the copies of A by sample weight (so that every lane
+# reads by position and the schedule can plan), `passes = 2`, rows in blocks of 256, through a
+# block cache of half the corpus, with eviction by next use and by LRU: blocks fetched against
+# the corpus's blocks, the share of block reads served by the cache, tokens/s against the same
+# run on local disk. The JSON Lines indexes are built beforehand, so that only the passes read.
+#
+# Vision (at each latency): the captioned photos' Parquet (61 JPEGs, 35 MB, embedded) in
+# COPIES copies, captions with their image at 224 px (ViT patches of 14), Qwen2.5's tokenizer,
+# best-fit rows of 2048 (2 bins), 8 lanes, 8 rows a step, VISION_STEPS steps (default 20):
+# images/s over the whole run, the first batch, bytes fetched against the corpus.
+#
 #   bash benches/remote.sh        (bash benches/report.sh remote -- bash benches/remote.sh)
 #
 # Environment: ZEPHON_TESTDATA (default ~/.cache/zephon-testdata), LATENCIES (default "0 20 100"),
 # BLOCKS (block sizes, default "8388608 262144": the [storage] default and 256 KiB), COPIES (4),
-# STEPS (600).
+# STEPS (600), VISION_STEPS (20), PARTS (default "text passes vision": the sections to run).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,10 +48,12 @@ PIDS+=($!)
 for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 COPIES=${COPIES:-4}
 STEPS=${STEPS:-600}
-for sub in a/jsonl b/parquet; do
+for sub in a/jsonl b/parquet images/parquet; do
     mkdir -p "$TMP/local/$sub"
     for k in $(seq "$COPIES"); do
-        for f in "$DATA/corpora/$sub"/*; do ln -s "$f" "$TMP/local/$sub/copy$k-$(basename "$f")"; done
+        from=$DATA/corpora/$sub
+        [[ $sub == images/parquet ]] && from=$DATA/images/captioned/parquet
+        for f in "$from"/*; do ln -s "$f" "$TMP/local/$sub/copy$k-$(basename "$f")"; done
     done
 done
 "$(dirname "$MOTO")/python" - "http://127.0.0.1:$port" "$TMP/local" <<'PY'
@@ -49,7 +62,7 @@ endpoint, root = sys.argv[1:3]
 s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
                   region_name="us-east-1")
 s3.create_bucket(Bucket="corpora")
-for sub in ("a/jsonl", "b/parquet"):
+for sub in ("a/jsonl", "b/parquet", "images/parquet"):
     for name in sorted(os.listdir(os.path.join(root, sub))):
         s3.upload_file(os.path.join(root, sub, name), "corpora", f"{sub}/{name}")
 PY
@@ -84,13 +97,30 @@ ${4:-}
 EOF
 }
 
+bytes_in() { find -L "$1" -type f -printf '%s\n' | awk '{ n += $1 } END { print n }'; } # every copy counted
+
+part() { [[ " ${PARTS:-text passes vision} " == *" $1 "* ]]; }
+
+start_proxy() { # start_proxy MS: the fault proxy adding MS ms to every request; sets $endpoint
+    coproc PROXY { exec "$TARGET/release/zephon-fault-proxy" "http://127.0.0.1:$port" --latency-ms "$1" 2>/dev/null; }
+    PIDS+=($PROXY_PID)
+    read -r endpoint <&"${PROXY[0]}"
+}
+
+stop_proxy() {
+    kill "$PROXY_PID" 2>/dev/null || true
+    wait "$PROXY_PID" 2>/dev/null || true
+}
+
 run() { # run NAME SPEC [flags...]: a zephon run with its own cache folder for indexes
+    #   (CACHE_NAME: another run's)
     local name=$1 spec=$2
     shift 2
-    ZEPHON_CACHE=$TMP/cache-$name "$BIN" run --spec "$spec" --quiet --world-size 1 --rank 0 \
+    ZEPHON_CACHE=$TMP/cache-${CACHE_NAME:-$name} "$BIN" run --spec "$spec" --quiet --world-size 1 --rank 0 \
         --report "$TMP/$name.json" "$@" 2>"$TMP/$name.err" || { cat "$TMP/$name.err"; exit 1; }
 }
 
+if part text; then
 printf '%-24s %10s %9s %8s %12s %12s %11s %10s %12s %11s\n' source "tokens/s" "vs disk" "first s" "first reqs" \
     "resume reqs" "resume s" "reqs/step" "fetched/corp" prefetched
 spec "$TMP/local.toml" "$TMP/local/a/jsonl" "$TMP/local/b/parquet"
@@ -109,9 +139,7 @@ for block in ${BLOCKS:-8388608 262144}; do
 for latency in ${LATENCIES:-0 20 100}; do
     for prefetch in 8 0; do
         [[ $prefetch == 0 && $latency != 20 ]] && continue
-        coproc PROXY { exec "$TARGET/release/zephon-fault-proxy" "http://127.0.0.1:$port" --latency-ms "$latency" 2>/dev/null; }
-        PIDS+=($PROXY_PID)
-        read -r endpoint <&"${PROXY[0]}"
+        start_proxy "$latency"
         tag=b$block-l$latency-p$prefetch
         storage() { printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\nprefetch_requests = %s\nblock_bytes = %s\n' \
             "$endpoint" "$TMP/blocks-$1" "$prefetch" "$block"; }
@@ -134,8 +162,132 @@ misses = sum(d["cache_misses"] for d in r["data"]["datasets"])
 print(f"{label:<24} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / local:>9.2f} {r['ttfb_s']:>8.2f} {reqs(f):>12} "
       f"{reqs(z):>12} {z['ttfb_s']:>11.2f} {reqs(r) / r['steps']:>10.2f} {fetched / corpus:>12.2f} {pre:>5}/{misses:<5}")
 PY
-        kill "$PROXY_PID" 2>/dev/null || true
-        wait "$PROXY_PID" 2>/dev/null || true
+        stop_proxy
     done
 done
 done
+fi
+
+if part passes; then
+passes_spec() { # passes_spec FILE PATH [STORAGE LINES]
+    cat >"$1" <<EOF
+seed = 5
+lanes = 16
+rows_per_step = 32
+[[dataset]]
+name = "a"
+path = "$2"
+weight = 1.0
+[source]
+chunk_size = 64
+order = "blocks"
+block_size = 256
+exhaustion = "stop"
+passes = 2
+balance = "estimates"
+[tokenize]
+tokenizer = "$DATA/tokenizers/gpt2/tokenizer.json"
+eos = "<|endoftext|>"
+[pack]
+algorithm = "best_fit"
+seq_len = 1024
+pad_id = 50256
+[run]
+threads = 2
+${3:-}
+EOF
+}
+A_BYTES=$(bytes_in "$TMP/local/a/jsonl")
+BLOCK=262144
+echo
+echo "Two passes over $COPIES copies of A ($A_BYTES bytes) through a block cache of half of them, 20 ms, 256 KiB blocks:"
+printf '%-24s %10s %9s %9s %13s %12s\n' eviction "tokens/s" "vs disk" "run s" "fetched/corp" "cache reads"
+passes_spec "$TMP/passes-local.toml" "$TMP/local/a/jsonl"
+run passes-local "$TMP/passes-local.toml"
+python3 - "$TMP" <<'PY'
+import json, sys
+r = json.load(open(f"{sys.argv[1]}/passes-local.json"))
+print(f"{'local disk':<24} {r['tokens_per_s']:>10.0f} {1:>9.2f} {r['elapsed_s']:>9.1f} {'-':>13} {'-':>12}  ({r['steps']} steps)")
+PY
+start_proxy 20
+for eviction in next_use lru; do
+    storage() { printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\nblock_bytes = %s\ncache_bytes = %s\neviction = "%s"\n' \
+        "$endpoint" "$TMP/blocks-$1" "$BLOCK" $((A_BYTES / 2)) "$eviction"; }
+    passes_spec "$TMP/passes-$eviction-warm.toml" s3://corpora/a/jsonl "$(storage "passes-$eviction-warm")"
+    passes_spec "$TMP/passes-$eviction.toml" s3://corpora/a/jsonl "$(storage "passes-$eviction")"
+    # Indexes and estimates first, into the index cache the measured run uses.
+    CACHE_NAME=passes-$eviction run "passes-$eviction-warm" "$TMP/passes-$eviction-warm.toml" --steps 1
+    CACHE_NAME=passes-$eviction run "passes-$eviction" "$TMP/passes-$eviction.toml"
+    python3 - "$TMP" "$eviction" "$TMP/local/a/jsonl" "$BLOCK" <<'PY'
+import json, math, os, sys
+tmp, eviction, local, block = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+r, disk = json.load(open(f"{tmp}/passes-{eviction}.json")), json.load(open(f"{tmp}/passes-local.json"))
+blocks = sum(math.ceil(os.path.getsize(os.path.join(local, f)) / block) for f in os.listdir(local))
+ds = r["data"]["datasets"]
+misses, hits = sum(d["cache_misses"] for d in ds), sum(d["cache_hits"] for d in ds)
+assert r["steps"] == disk["steps"], (r["steps"], disk["steps"])
+print(f"{eviction:<24} {r['tokens_per_s']:>10.0f} {r['tokens_per_s'] / disk['tokens_per_s']:>9.2f} "
+      f"{r['elapsed_s']:>9.1f} {misses / blocks:>13.2f} {100 * hits / max(hits + misses, 1):>11.1f}%")
+PY
+done
+stop_proxy
+fi
+
+if part vision; then
+vision_spec() { # vision_spec FILE PATH [STORAGE LINES]
+    cat >"$1" <<EOF
+seed = 5
+lanes = 8
+rows_per_step = 8
+[[dataset]]
+name = "captions"
+path = "$2"
+weight = 1.0
+text_field = "caption"
+images = "image"
+[images]
+size = 224
+fit = "center_crop"
+layout = "vit"
+patch = 14
+[tokenize]
+tokenizer = "$DATA/tokenizers/qwen2_5/tokenizer.json"
+eos = "<|endoftext|>"
+image_token = "<|image_pad|>"
+[pack]
+algorithm = "best_fit"
+seq_len = 2048
+bins = 2
+pad_id = 151643
+[run]
+threads = 2
+${3:-}
+EOF
+}
+VISION_STEPS=${VISION_STEPS:-20}
+IMG_BYTES=$(bytes_in "$TMP/local/images/parquet")
+echo
+echo "Vision: $COPIES copies of the captioned photos' Parquet ($IMG_BYTES bytes), $VISION_STEPS steps, 8 MiB blocks:"
+printf '%-24s %10s %9s %8s %12s %10s\n' source "images/s" "vs disk" "first s" "fetched/corp" requests
+vision_spec "$TMP/vision-local.toml" "$TMP/local/images/parquet"
+run vision-local "$TMP/vision-local.toml" --steps "$VISION_STEPS"
+for latency in ${LATENCIES:-0 20 100}; do
+    start_proxy "$latency"
+    vision_spec "$TMP/vision-l$latency.toml" s3://corpora/images/parquet \
+        "$(printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\n' "$endpoint" "$TMP/blocks-vision-$latency")"
+    run "vision-l$latency" "$TMP/vision-l$latency.toml" --steps "$VISION_STEPS"
+    stop_proxy
+done
+python3 - "$TMP" "$IMG_BYTES" ${LATENCIES:-0 20 100} <<'PY'
+import json, sys
+tmp, corpus, latencies = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+rate = lambda r: r["images"] / r["elapsed_s"]
+disk = json.load(open(f"{tmp}/vision-local.json"))
+print(f"{'local disk':<24} {rate(disk):>10.1f} {1:>9.2f} {disk['ttfb_s']:>8.2f} {'-':>12} {'-':>10}")
+for ms in latencies:
+    r = json.load(open(f"{tmp}/vision-l{ms}.json"))
+    ds = r["data"]["datasets"]
+    fetched, reqs = sum(d["bytes_fetched"] for d in ds), sum(d["requests"] for d in ds)
+    print(f"{f'{ms} ms':<24} {rate(r):>10.1f} {rate(r) / rate(disk):>9.2f} {r['ttfb_s']:>8.2f} {fetched / corpus:>12.2f} {reqs:>10}")
+PY
+fi

@@ -75,8 +75,8 @@ pub use hash_log::{HashLog, HashLogLine};
 pub use plan::Operators;
 pub use plan_node::PlanNode;
 pub use source::{
-    Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, RowIndex, SequentialSource, ShardManifest, Steering,
-    WorkSource, deal_chunk,
+    Chunk, Dataset, DatasetManifest, Datasets, MemoryDataset, PlannedRead, RowIndex, SequentialSource, ShardManifest,
+    Steering, WorkSource, deal_chunk,
 };
 pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
 pub use step_schedule::{RowsPerStep, ShareSchedule, StepSchedule};

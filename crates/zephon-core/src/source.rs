@@ -101,19 +101,47 @@ pub trait Dataset: Send + Sync {
         let _ = samples;
     }
 
-    /// A plan from the schedule: `samples` (all of one shard) are read in chunk number `at` (a
-    /// lane's n-th chunk: every lane reads its n-th at about the same time), and this process's
-    /// lanes all read chunk `now` or later. A dataset with a cache that evicts by next use keeps
-    /// what is read soonest; it must return at once and never changes what
-    /// [`Dataset::read`] returns. The default does nothing.
-    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
-        let _ = (samples, at, now);
+    /// A plan from the schedule: `samples` (all of one shard) are read as `read` says. A
+    /// dataset with a cache that evicts by next use keeps what is read soonest; it must return
+    /// at once and never changes what [`Dataset::read`] returns. The default does nothing.
+    fn plan(&self, samples: &[SampleId], read: &PlannedRead) {
+        let _ = (samples, read);
     }
 
     /// How many bytes of its reads ahead the dataset wants planned ([`Dataset::plan`]); 0, the
     /// default: none, and the engine computes no plan.
     fn plans_ahead(&self) -> u64 {
         0
+    }
+}
+
+/// A read the schedule plans ([`Dataset::plan`]): which lane reads, in which of its chunks,
+/// and where that lane is now, so that a cache can tell when the read comes.
+///
+/// When is measured in thousandths of a step, a clock common to all lanes (they make steps
+/// together, within the prefetch): the lane reads chunk `c` at about `step_milli +
+/// (c - chunk_now) * milli_per_chunk`. The newest plan of a lane says where it is; a read of a
+/// chunk below its `chunk_now` is past.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PlannedRead {
+    /// The lane that reads.
+    pub lane: u32,
+    /// Its chunk (the lane's n-th) that holds the samples.
+    pub chunk: u64,
+    /// The chunk the lane reads now.
+    pub chunk_now: u64,
+    /// The step the lane makes now, in thousandths.
+    pub step_milli: u64,
+    /// The lane's pace: thousandths of a step per chunk (at least 1).
+    pub milli_per_chunk: u64,
+}
+
+impl PlannedRead {
+    /// When the read comes, in thousandths of a step, by the lane's pace as this plan gives it;
+    /// `None` when it is past.
+    pub fn when(&self, chunk: u64) -> Option<u64> {
+        let ahead = chunk.checked_sub(self.chunk_now)?;
+        Some(self.step_milli.saturating_add(ahead.saturating_mul(self.milli_per_chunk.max(1))))
     }
 }
 
@@ -161,10 +189,10 @@ impl Datasets {
         self.each_shard_run(samples, |ds, run| ds.prefetch(run));
     }
 
-    /// Plans the reads of `samples` in chunk number `at` ([`Dataset::plan`]), one call per run
-    /// of samples of one shard.
-    pub fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
-        self.each_shard_run(samples, |ds, run| ds.plan(run, at, now));
+    /// Plans the reads of `samples` ([`Dataset::plan`]), one call per run of samples of one
+    /// shard.
+    pub fn plan(&self, samples: &[SampleId], read: &PlannedRead) {
+        self.each_shard_run(samples, |ds, run| ds.plan(run, read));
     }
 
     /// The most bytes of reads ahead any dataset wants planned ([`Dataset::plans_ahead`]).

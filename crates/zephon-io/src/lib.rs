@@ -67,7 +67,7 @@ pub use webdataset::{KEY_FIELD, TarDataset};
 /// The names of image attachments and their values, as the vision operator reads them (one
 /// list for every crate: [`zephon_core::columns`]).
 pub use zephon_core::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
-pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, SampleId};
+pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, PlannedRead, SampleId};
 
 /// How to open a dataset.
 #[derive(Clone, Debug, Default)]

@@ -20,7 +20,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
-use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
+use zephon_core::{Dataset, DatasetManifest, Field, OpError, PlannedRead, Record, SampleId, ShardManifest, Value};
 
 use crate::fields::{Cell, Fields};
 use crate::images::ImageHandles;
@@ -445,8 +445,8 @@ impl Dataset for ParquetDataset {
         self.upcoming(samples, Upcoming::Soon);
     }
 
-    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
-        self.upcoming(samples, Upcoming::At { at, now });
+    fn plan(&self, samples: &[SampleId], read: &PlannedRead) {
+        self.upcoming(samples, Upcoming::Planned(read));
     }
 
     fn plans_ahead(&self) -> u64 {

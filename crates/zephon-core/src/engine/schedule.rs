@@ -370,7 +370,7 @@ impl Sched {
         // The schedule knows the whole chunk now: its bytes can be on their way while its
         // first units are processed, and a cache that evicts by next use hears of the next.
         shared.datasets.prefetch(&chunk.samples);
-        self.lookahead.loaded(i, lane, &chunk, n, &self.lanes, shared);
+        self.lookahead.loaded((i, lane), &chunk, n, (&self.lanes, &self.progress), shared);
         let chunk = Arc::new(chunk);
         self.lanes[i].chunk = Some(chunk.clone());
         Ok(Some(chunk))

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use zephon_core::{Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest};
+use zephon_core::{Dataset, DatasetManifest, Field, OpError, PlannedRead, Record, SampleId, ShardManifest};
 
 use crate::fields::Fields;
 use crate::images::{self, Image, ImageHandles, ReadError};
@@ -291,8 +291,8 @@ impl Dataset for JsonlDataset {
         self.upcoming(samples, Upcoming::Soon);
     }
 
-    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
-        self.upcoming(samples, Upcoming::At { at, now });
+    fn plan(&self, samples: &[SampleId], read: &PlannedRead) {
+        self.upcoming(samples, Upcoming::Planned(read));
     }
 
     fn plans_ahead(&self) -> u64 {

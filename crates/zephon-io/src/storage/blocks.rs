@@ -14,7 +14,7 @@
 //!   ahead, as the schedule said ([`BlockCache::plan`]), after those it will not read again;
 //!   or the least recently used (a block read is touched).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 
 use crate::Eviction;
 use crate::shard::write_atomic;
+use zephon_core::PlannedRead;
 
 /// What every block file ends with, after its bytes: length (8 bytes LE), SHA-256 (32), magic.
 const MAGIC: &[u8; 8] = b"ZPHBLK01";
@@ -72,22 +73,28 @@ pub(crate) struct BlockCache {
     plan: Mutex<NextUses>,
 }
 
-/// The reads the schedule announced, by block: the chunk numbers (a lane's n-th chunk, read by
-/// every lane at about the same time) that read it, and the lowest chunk number a lane of this
-/// process still reads: uses before it are past.
+/// The reads the schedule planned: by block, the lanes and chunks that read it; by lane, where
+/// it is (its newest plan), which says when each of its reads comes and which are past.
 #[derive(Debug, Default)]
 struct NextUses {
-    now: u64,
-    uses: HashMap<PathBuf, BTreeSet<u64>>,
+    lanes: HashMap<u32, PlannedRead>,
+    uses: HashMap<PathBuf, Vec<(u32, u64)>>,
 }
 
 impl NextUses {
-    /// Forgets the uses that are past.
+    /// When the block at `path` is read next, in thousandths of a step; `None` when no lane
+    /// of this process plans to.
+    fn next(&self, path: &Path) -> Option<u64> {
+        let uses = self.uses.get(path)?;
+        uses.iter().filter_map(|&(lane, chunk)| self.lanes.get(&lane)?.when(chunk)).min()
+    }
+
+    /// Forgets the reads that are past: those of chunks before the one their lane reads now.
     fn forget_past(&mut self) {
-        let now = self.now;
-        self.uses.retain(|_, at| {
-            *at = at.split_off(&now);
-            !at.is_empty()
+        let lanes = &self.lanes;
+        self.uses.retain(|_, uses| {
+            uses.retain(|(lane, chunk)| lanes.get(lane).is_some_and(|at| *chunk >= at.chunk_now));
+            !uses.is_empty()
         });
     }
 }
@@ -129,16 +136,22 @@ impl BlockCache {
         }
     }
 
-    /// The schedule's word: blocks `blocks` of the object version `key` are read in chunk
-    /// number `at`, and this process's lanes all read chunk `now` or later.
-    pub(crate) fn plan(&self, key: &str, blocks: std::ops::RangeInclusive<u64>, at: u64, now: u64) {
+    /// The schedule's word: blocks `blocks` of the object version `key` are read as `read`
+    /// says.
+    pub(crate) fn plan(&self, key: &str, blocks: std::ops::RangeInclusive<u64>, read: &PlannedRead) {
         if self.eviction != Eviction::NextUse {
             return;
         }
         let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
-        plan.now = plan.now.max(now);
+        let lane = plan.lanes.entry(read.lane).or_insert(*read);
+        if (read.chunk_now, read.step_milli) >= (lane.chunk_now, lane.step_milli) {
+            *lane = *read;
+        }
         for index in blocks {
-            plan.uses.entry(self.path_of(key, index)).or_default().insert(at);
+            let uses = plan.uses.entry(self.path_of(key, index)).or_default();
+            if !uses.contains(&(read.lane, read.chunk)) {
+                uses.push((read.lane, read.chunk));
+            }
         }
     }
 
@@ -348,8 +361,8 @@ impl BlockCache {
         let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
         plan.forget_past();
         let checked = self.lock_checked();
-        blocks.sort_by_cached_key(|(path, _, t)| match plan.uses.get(path).and_then(|at| at.first()) {
-            Some(&next) => (2, u64::MAX - next, *t),
+        blocks.sort_by_cached_key(|(path, _, t)| match plan.next(path) {
+            Some(next) => (2, u64::MAX - next, *t),
             None if checked.contains(path) => (0, 0, *t),
             None => (1, 0, *t),
         });
@@ -458,38 +471,40 @@ mod tests {
         let cache = BlockCache::new(tmp.path().join("blocks"), cap, Eviction::NextUse).unwrap();
         assert_eq!(cache.plans_ahead(), 2 * cap);
         let stats = BlockStats::default();
-        let mut buf = [0u8; 1];
         let read = |i: u64| {
             let mut b = [0u8; 1];
             cache.read(Block { key: "obj", index: i, len: 10 }, 0, &mut b, &stats, || Ok(vec![i as u8; 10])).unwrap();
         };
-        // Chunk 0 reads blocks 0, 1, 2; block 0 again in chunk 5, block 1 in chunk 9, block 2 never.
-        for (blocks, at) in [(0..=2, 0), (0..=0, 5), (1..=1, 9), (3..=3, 1)] {
-            cache.plan("obj", blocks, at, 0);
-        }
-        (0..3).for_each(read);
-        // Block 3 (chunk 1) needs room: block 2 goes, never read again.
-        cache.plan("obj", 3..=3, 1, 1);
-        read(3);
+        // Lane 0 reads a chunk a step, lane 1 a chunk every other step; both are at step 0.
+        let plan = |lane: u32, chunk: u64, chunk_now: u64, blocks: std::ops::RangeInclusive<u64>| {
+            let pace = if lane == 0 { 1000 } else { 2000 };
+            let step_milli = chunk_now * pace;
+            cache.plan("obj", blocks, &PlannedRead { lane, chunk, chunk_now, step_milli, milli_per_chunk: pace });
+        };
         let held = |cache: &BlockCache| -> Vec<bool> { (0..5).map(|i| cache.path_of("obj", i).exists()).collect() };
+        // Lane 0 reads blocks 0, 1, 2 in its chunk 0 and block 0 again in its chunk 5; lane 1
+        // reads block 1 in its chunk 4.
+        plan(0, 0, 0, 0..=2);
+        plan(0, 5, 0, 0..=0);
+        plan(1, 4, 0, 1..=1);
+        (0..3).for_each(read);
+        // Lane 0 moves to its chunk 1, reading block 3: block 2 goes, never read again.
+        plan(0, 1, 1, 3..=3);
+        read(3);
         assert_eq!(held(&cache), [true, true, false, true, false]);
-        // Block 4 (chunk 2): of blocks 0 (chunk 5), 1 (chunk 9) and 3 (past), block 3 goes;
-        // next, block 1, read furthest ahead.
-        cache.plan("obj", 4..=4, 2, 2);
+        // Lane 0 moves to its chunk 2, reading block 4: its read of block 3 is past.
+        plan(0, 2, 2, 4..=4);
         read(4);
         assert_eq!(held(&cache), [true, true, false, false, true]);
-        // Block 2 again (chunks 3 and 6): block 4, past, goes.
-        cache.plan("obj", 2..=2, 3, 3);
-        cache.plan("obj", 2..=2, 6, 3);
-        cache.read(Block { key: "obj", index: 2, len: 10 }, 0, &mut buf, &stats, || Ok(vec![2; 10])).unwrap();
-        assert_eq!(held(&cache), [true, true, true, false, false]);
-        // Block 3 (chunk 4): blocks 0, 1 and 2 are read in chunks 5, 9 and 6; block 1 goes.
-        cache.plan("obj", 3..=3, 4, 4);
-        read(3);
-        assert_eq!(held(&cache), [true, false, true, true, false]);
+        // Lane 1 moves to its chunk 1, reading block 2. Blocks 0 and 1 are each three chunks
+        // ahead of their lane, but lane 1 is slower: block 1 (step 8) is read after block 0
+        // (step 5), and goes.
+        plan(1, 1, 1, 2..=2);
+        read(2);
+        assert_eq!(held(&cache), [true, false, true, false, true]);
         // Under LRU, no plan is kept and none is asked for.
         let lru = BlockCache::new(tmp.path().join("lru"), cap, Eviction::Lru).unwrap();
-        lru.plan("obj", 0..=9, 1, 0);
+        lru.plan("obj", 0..=9, &PlannedRead { lane: 0, chunk: 1, chunk_now: 0, step_milli: 0, milli_per_chunk: 1 });
         assert_eq!((lru.plans_ahead(), lru.plan.lock().unwrap().uses.len()), (0, 0));
     }
 }

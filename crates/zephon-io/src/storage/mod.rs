@@ -12,6 +12,7 @@
 use std::fmt;
 use std::io;
 use std::sync::Arc;
+use zephon_core::PlannedRead;
 
 #[cfg(feature = "remote")]
 mod blocks;
@@ -81,25 +82,19 @@ pub fn coalesce(spans: impl IntoIterator<Item = (u64, u64)>, gap: u64) -> Vec<st
 
 /// What the schedule says of reads to come, as readers pass it on to their objects.
 #[derive(Copy, Clone, Debug)]
-pub(crate) enum Upcoming {
+pub(crate) enum Upcoming<'a> {
     /// Read soon: fetch now ([`Object::prefetch`]).
     Soon,
-    /// Read in chunk number `at`, while this process reads chunk `now` or later
-    /// ([`Object::plan`]).
-    At {
-        /// The chunk number of the read.
-        at: u64,
-        /// The lowest chunk number this process's lanes still read.
-        now: u64,
-    },
+    /// Read as planned ([`Object::plan`]).
+    Planned(&'a PlannedRead),
 }
 
-impl Upcoming {
+impl Upcoming<'_> {
     /// Whether `object` does anything with it: readers turn samples into byte ranges only then.
     pub(crate) fn wanted_by(self, object: &dyn Object) -> bool {
         match self {
             Upcoming::Soon => object.fetches_ahead(),
-            Upcoming::At { .. } => object.plans_ahead() > 0,
+            Upcoming::Planned(_) => object.plans_ahead() > 0,
         }
     }
 
@@ -108,7 +103,7 @@ impl Upcoming {
         for range in coalesce(spans, 64 << 10) {
             match self {
                 Upcoming::Soon => object.prefetch(range),
-                Upcoming::At { at, now } => object.plan(range, at, now),
+                Upcoming::Planned(read) => object.plan(range, read),
             }
         }
     }
@@ -158,12 +153,10 @@ pub trait Object: Send + Sync + fmt::Debug {
         false
     }
 
-    /// The schedule's word that bytes `range` are read in chunk number `at` (a lane's n-th
-    /// chunk; every lane reads its n-th at about the same time), while the lanes of this
-    /// process all read chunk `now` or later: a cache that evicts by next use keeps what is
-    /// read soonest. Returns at once; never changes what a read returns.
-    fn plan(&self, range: std::ops::Range<u64>, at: u64, now: u64) {
-        let _ = (range, at, now);
+    /// The schedule's word that bytes `range` are read as `read` says: a cache that evicts by
+    /// next use keeps what is read soonest. Returns at once; never changes what a read returns.
+    fn plan(&self, range: std::ops::Range<u64>, read: &PlannedRead) {
+        let _ = (range, read);
     }
 
     /// How many bytes of reads ahead it wants announced by [`Object::plan`]; 0 (the default):

@@ -23,7 +23,9 @@ mod index;
 use std::path::Path;
 use std::sync::Arc;
 
-use zephon_core::{Buffer, Dataset, DatasetManifest, Field, OpError, Record, SampleId, ShardManifest, Value};
+use zephon_core::{
+    Buffer, Dataset, DatasetManifest, Field, OpError, PlannedRead, Record, SampleId, ShardManifest, Value,
+};
 
 use crate::fields::{Cell, Fields};
 use crate::images::{Image, ImageHandles};
@@ -198,8 +200,8 @@ impl Dataset for TarDataset {
         self.upcoming(samples, Upcoming::Soon);
     }
 
-    fn plan(&self, samples: &[SampleId], at: u64, now: u64) {
-        self.upcoming(samples, Upcoming::At { at, now });
+    fn plan(&self, samples: &[SampleId], read: &PlannedRead) {
+        self.upcoming(samples, Upcoming::Planned(read));
     }
 
     fn plans_ahead(&self) -> u64 {

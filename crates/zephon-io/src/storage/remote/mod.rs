@@ -30,6 +30,7 @@ use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStore
 use super::blocks::{Block, BlockCache, BlockStats};
 use super::{Object, Store, StoreStats, hidden};
 use crate::StorageOptions;
+use zephon_core::PlannedRead;
 
 mod credentials;
 mod patience;
@@ -399,10 +400,10 @@ impl Object for RemoteObject {
         }
     }
 
-    fn plan(&self, range: Range<u64>, at: u64, now: u64) {
+    fn plan(&self, range: Range<u64>, read: &PlannedRead) {
         let end = range.end.min(self.size);
         if range.start < end {
-            self.blocks.plan(&self.version, range.start / self.block_bytes..=(end - 1) / self.block_bytes, at, now);
+            self.blocks.plan(&self.version, range.start / self.block_bytes..=(end - 1) / self.block_bytes, read);
         }
     }
 
