@@ -8,7 +8,8 @@ use crate::error::{Error, Result, candle};
 use crate::sink::{CuSeqlens, Sink, columns};
 use crate::tensors::Tensors;
 
-/// The candle dtype of a zephon dtype (candle has every one of them).
+/// The candle dtype of a zephon dtype: the same one, but `u16` (which candle lacks) becomes
+/// `u32`.
 pub fn candle_dtype(d: zephon_core::DType) -> DType {
     match d {
         zephon_core::DType::U8 => DType::U8,
@@ -19,6 +20,7 @@ pub fn candle_dtype(d: zephon_core::DType) -> DType {
         zephon_core::DType::F64 => DType::F64,
         zephon_core::DType::BF16 => DType::BF16,
         zephon_core::DType::F16 => DType::F16,
+        zephon_core::DType::U16 => DType::U32,
     }
 }
 
@@ -125,6 +127,7 @@ fn ints(data: &ArrayData) -> Option<Vec<i64>> {
         ArrayData::U8(b) => b.iter().map(|&x| x as i64).collect(),
         ArrayData::I32(b) => b.iter().map(|&x| x as i64).collect(),
         ArrayData::U32(b) => b.iter().map(|&x| x as i64).collect(),
+        ArrayData::U16(b) => b.iter().map(|&x| x as i64).collect(),
         ArrayData::I64(b) => b.to_vec(),
         _ => return None,
     })
@@ -185,6 +188,7 @@ pub(crate) fn array_tensor(array: Array, target: DType, device: &Device) -> cand
         ArrayData::F64(b) => buffer_tensor(b, shape, &stage),
         ArrayData::BF16(b) => buffer_tensor(b, shape, &stage),
         ArrayData::F16(b) => buffer_tensor(b, shape, &stage),
+        ArrayData::U16(b) => Tensor::from_vec(b.iter().map(|&x| u32::from(x)).collect::<Vec<_>>(), shape, &stage),
     }?;
     let t = if t.dtype() == target { t } else { t.to_dtype(target)? };
     if host_first { t.to_device(device) } else { Ok(t) }

@@ -476,6 +476,7 @@ fn concat(arrays: &[&Array]) -> Result<ArrayData, String> {
         DType::F64 => cat::<f64>(arrays),
         DType::BF16 => cat::<half::bf16>(arrays),
         DType::F16 => cat::<half::f16>(arrays),
+        DType::U16 => cat::<u16>(arrays),
     }
 }
 

@@ -26,6 +26,8 @@ pub enum DType {
     BF16,
     /// IEEE 754 half precision.
     F16,
+    /// Unsigned 16-bit integers (the dataset of each token).
+    U16,
 }
 
 impl DType {
@@ -33,7 +35,7 @@ impl DType {
     pub const fn size(self) -> usize {
         match self {
             DType::U8 => 1,
-            DType::BF16 | DType::F16 => 2,
+            DType::BF16 | DType::F16 | DType::U16 => 2,
             DType::I32 | DType::U32 | DType::F32 => 4,
             DType::I64 | DType::F64 => 8,
         }
@@ -50,6 +52,7 @@ impl DType {
             DType::F64 => 6,
             DType::BF16 => 7,
             DType::F16 => 8,
+            DType::U16 => 9,
         }
     }
 
@@ -64,6 +67,7 @@ impl DType {
             DType::F64 => "f64",
             DType::BF16 => "bf16",
             DType::F16 => "f16",
+            DType::U16 => "u16",
         }
     }
 }
@@ -117,6 +121,7 @@ macro_rules! element {
 element!(u8, U8, |x| x);
 element!(i32, I32, |x| x);
 element!(u32, U32, |x| x);
+element!(u16, U16, |x| x);
 element!(i64, I64, |x| x);
 element!(f32, F32, |x| x.to_bits());
 element!(f64, F64, |x| x.to_bits());
@@ -142,6 +147,8 @@ pub enum ArrayData {
     BF16(Buffer<bf16>),
     /// `f16` elements.
     F16(Buffer<f16>),
+    /// `u16` elements.
+    U16(Buffer<u16>),
 }
 
 /// Calls `$body` with `$b` bound to the typed buffer of `$data`, whatever its dtype.
@@ -156,6 +163,7 @@ macro_rules! with_buffer {
             ArrayData::F64($b) => $body,
             ArrayData::BF16($b) => $body,
             ArrayData::F16($b) => $body,
+            ArrayData::U16($b) => $body,
         }
     };
 }

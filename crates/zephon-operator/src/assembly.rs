@@ -175,6 +175,57 @@ pub struct Neighbour {
     pub offer: Offer,
 }
 
+/// A weight on the loss: finite and at least 0. Equal and hashed by its bits, so that settings
+/// holding one stay comparable.
+#[derive(Copy, Clone, Debug, PartialEq, PartialOrd)]
+pub struct LossWeight(f32);
+
+impl LossWeight {
+    /// Weight 1.
+    pub const ONE: LossWeight = LossWeight(1.0);
+
+    /// `w`, or `None` when it is negative, infinite or NaN.
+    pub fn new(w: f32) -> Option<LossWeight> {
+        (w.is_finite() && w >= 0.0).then_some(LossWeight(w))
+    }
+
+    /// The weight.
+    pub fn get(self) -> f32 {
+        self.0
+    }
+}
+
+impl Eq for LossWeight {}
+
+impl std::hash::Hash for LossWeight {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
+}
+
+impl std::fmt::Display for LossWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The shortest text that reads back as the same f32.
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What a dataset's tokens weigh on the loss: the dataset's weight, times each record's from
+/// `field` when one is named. For an operator that writes per-token loss weights (the packer).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DatasetLossWeight {
+    /// The dataset's weight.
+    pub weight: LossWeight,
+    /// The field of its records holding each record's weight (a number, finite, at least 0).
+    pub field: Option<String>,
+}
+
+impl Default for DatasetLossWeight {
+    fn default() -> Self {
+        DatasetLossWeight { weight: LossWeight::ONE, field: None }
+    }
+}
+
 /// What the pipeline knows when one of its operators is assembled.
 #[derive(Clone, Copy, Debug)]
 pub struct Assembly<'a> {
@@ -184,6 +235,8 @@ pub struct Assembly<'a> {
     pub text_fields: &'a [String],
     /// The datasets' token shares, when the mixture is given by shares (they sum to 1).
     pub shares: Option<&'a [f64]>,
+    /// What each dataset's tokens weigh on the loss, in dataset order (empty: all weigh 1).
+    pub loss_weights: &'a [DatasetLossWeight],
     /// The operators before this one, nearest first.
     pub before: &'a [Neighbour],
     /// The operators after this one, nearest first.

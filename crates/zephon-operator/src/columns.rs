@@ -21,6 +21,10 @@ pub const CU_SEQLENS: &str = "cu_seqlens";
 pub const MAX_SEQLEN: &str = "max_seqlen";
 /// Row field: 1 where the label is a real target, `U8[T]`.
 pub const LOSS_MASK: &str = "loss_mask";
+/// Each position's dataset, its index in the run (`u16`; `u16::MAX` in padding): packer rows, on request.
+pub const SOURCE_IDS: &str = "source_ids";
+/// Each position's weight on the loss (`f32`): `loss_mask` times its document's weight; packer rows, on request.
+pub const LOSS_WEIGHTS: &str = "loss_weights";
 /// Row field: non-padding tokens, `Int`.
 pub const NUM_TOKENS: &str = "num_tokens";
 /// Attachment value: the 1-based segment of the row the attachment belongs to, set when a

@@ -58,7 +58,7 @@ mod settings;
 pub mod testing;
 
 pub use array::{Array, ArrayData, DType, Element, Shape, ShapeError};
-pub use assembly::{Assembly, Holding, Neighbour, Offer, TokenCounter};
+pub use assembly::{Assembly, DatasetLossWeight, Holding, LossWeight, Neighbour, Offer, TokenCounter};
 pub use buffer::Buffer;
 pub use digest::{Digest, Hasher};
 pub use encoding::{ENCODING_VERSION, encode_record};

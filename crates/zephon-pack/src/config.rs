@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use zephon_operator::DatasetLossWeight;
+
 use crate::error::PackError;
 
 /// How documents are placed into rows.
@@ -98,6 +100,31 @@ impl fmt::Display for EndOfData {
     }
 }
 
+/// The `loss_weights` column's settings: per dataset (by its index in the run), its weight and
+/// its records' weight field; a dataset past the list weighs 1. Empty, the pipeline fills it
+/// from the datasets' own settings when the packer is assembled.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LossWeights {
+    /// By dataset index.
+    pub datasets: Vec<DatasetLossWeight>,
+}
+
+impl LossWeights {
+    /// Dataset `d`'s part.
+    pub fn of(&self, d: u32) -> DatasetLossWeight {
+        self.datasets.get(d as usize).cloned().unwrap_or_default()
+    }
+
+    /// The settings in one canonical line: `weight` or `weight*field` a dataset, `;` between.
+    fn encode(&self) -> String {
+        let one = |d: &DatasetLossWeight| match &d.field {
+            Some(f) => format!("{}*{f}", d.weight),
+            None => d.weight.to_string(),
+        };
+        self.datasets.iter().map(one).collect::<Vec<_>>().join(";")
+    }
+}
+
 /// Every setting of a packer. Build one with [`PackOptions::new`] and change fields with
 /// struct update syntax; [`crate::Pack::new`] checks it.
 ///
@@ -144,6 +171,12 @@ pub struct PackOptions {
     /// labels are `ignore_index` where the mask is 0, not only `loss_mask`: for a trainer whose
     /// loss reads labels alone.
     pub mask_labels: bool,
+    /// Whether rows carry `source_ids`: each position's dataset (its index in the run, `u16`;
+    /// `u16::MAX` in padding), by the same boundaries as `loss_mask`.
+    pub source_ids: bool,
+    /// When set, rows carry `loss_weights` (`f32` a position): `loss_mask` times the weight of
+    /// the document the position is in (its dataset's, times its record's).
+    pub loss_weights: Option<LossWeights>,
 }
 
 /// Default [`PackOptions::max_segments`] is `seq_len / DEFAULT_TOKENS_PER_SEGMENT`: a row caps
@@ -172,6 +205,8 @@ impl PackOptions {
             end_of_data: EndOfData::KeepPieces,
             warm_up: false,
             mask_labels: false,
+            source_ids: false,
+            loss_weights: None,
         }
     }
 
@@ -232,6 +267,12 @@ impl PackOptions {
         if self.mask_labels {
             s = s.set("mask_labels", true);
         }
+        if self.source_ids {
+            s = s.set("source_ids", true);
+        }
+        if let Some(w) = &self.loss_weights {
+            s = s.set("loss_weights", w.encode());
+        }
         s
     }
 }
@@ -278,6 +319,26 @@ mod tests {
             PackOptions { input_field: "ids".into(), ..base.clone() },
             PackOptions { end_of_data: EndOfData::FillRows, ..base.clone() },
             PackOptions { warm_up: true, ..base.clone() },
+            PackOptions { source_ids: true, ..base.clone() },
+            PackOptions { loss_weights: Some(LossWeights::default()), ..base.clone() },
+            PackOptions {
+                loss_weights: Some(LossWeights {
+                    datasets: vec![DatasetLossWeight {
+                        weight: zephon_operator::LossWeight::new(0.5).unwrap(),
+                        field: None,
+                    }],
+                }),
+                ..base.clone()
+            },
+            PackOptions {
+                loss_weights: Some(LossWeights {
+                    datasets: vec![DatasetLossWeight {
+                        weight: zephon_operator::LossWeight::ONE,
+                        field: Some("w".into()),
+                    }],
+                }),
+                ..base.clone()
+            },
         ];
         let mut seen = vec![base.fingerprint()];
         for v in variants {

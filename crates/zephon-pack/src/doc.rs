@@ -2,8 +2,9 @@
 
 use zephon_operator::{Attachment, Buffer, Fragment, Record, Value, columns, slice_attachments};
 
-use crate::config::LongerThanRow;
+use crate::config::{LongerThanRow, PackOptions};
 use crate::error::PackError;
+use zephon_operator::LossWeight;
 
 /// A tokenized document (or a piece of one), checked: one fragment spanning exactly its
 /// tokens, and its attachments placed within them.
@@ -17,14 +18,44 @@ pub(crate) struct Piece {
     /// The input's per-token loss mask (1: the loss is on this token), when it has one.
     pub mask: Option<Buffer<u8>>,
     pub attachments: Vec<Attachment>,
+    /// The document's weight on the loss (1 unless the packer writes `loss_weights`).
+    pub weight: f32,
 }
 
-/// Takes the token ids and attachments out of `record` and checks them against its lineage.
-/// Every path that brings tokens into a row (push, import, rebuild) goes through here, so they
-/// agree on what a valid record is. `None` for an empty document: it has nothing to pack.
-pub(crate) fn read_piece(mut record: Record, field: &str) -> Result<Option<Piece>, PackError> {
+/// Takes the token ids, attachments and loss weight out of `record` and checks them against
+/// its lineage. Every path that brings tokens into a row (push, import, rebuild) goes through
+/// here, so they agree on what a valid record is. `None` for an empty document: it has nothing
+/// to pack.
+pub(crate) fn read_piece(mut record: Record, config: &PackOptions) -> Result<Option<Piece>, PackError> {
+    let field = config.input_field.as_str();
     let Some(&fragment) = record.lineage().as_single() else {
         return Err(PackError::NotOneFragment { lineage: record_name(&record) });
+    };
+    let dataset = fragment.sample.dataset;
+    if config.source_ids && dataset >= u32::from(u16::MAX) {
+        return Err(PackError::TooManySources(dataset));
+    }
+    let weight = match &config.loss_weights {
+        None => 1.0,
+        Some(weights) => {
+            let of = weights.of(dataset);
+            let record_weight = match &of.field {
+                None => LossWeight::ONE,
+                Some(f) => {
+                    let w = match record.get(f) {
+                        Some(Value::Float(x)) => LossWeight::new(*x as f32),
+                        Some(Value::Int(x)) => LossWeight::new(*x as f32),
+                        _ => None,
+                    };
+                    w.ok_or_else(|| PackError::LossWeight {
+                        lineage: record_name(&record),
+                        field: f.clone(),
+                        found: record.get(f).map_or_else(|| "nothing".into(), Value::describe),
+                    })?
+                }
+            };
+            of.weight.get() * record_weight.get()
+        }
     };
     let tokens = match record.take(field) {
         Some(Value::Seq(a)) if a.shape().ndim() == 1 && a.buffer::<u32>().is_some() => {
@@ -82,7 +113,7 @@ pub(crate) fn read_piece(mut record: Record, field: &str) -> Result<Option<Piece
             }
         }
     }
-    Ok((!tokens.is_empty()).then_some(Piece { fragment, tokens, mask, attachments }))
+    Ok((!tokens.is_empty()).then_some(Piece { fragment, tokens, mask, attachments, weight }))
 }
 
 impl Piece {
@@ -111,7 +142,7 @@ impl Piece {
             Some(m) => Some(m.slice(start..end).ok_or_else(|| bad(format!("cut {start}..{end} outside the mask")))?),
             None => None,
         };
-        Ok(Piece { fragment, tokens, mask, attachments })
+        Ok(Piece { fragment, tokens, mask, attachments, weight: self.weight })
     }
 
     /// The largest position at or before `at` that does not fall inside an atomic attachment.
@@ -181,17 +212,21 @@ mod tests {
         Record::new(Lineage::single(f)).with(&"tokens".into(), v)
     }
 
+    fn opts() -> PackOptions {
+        PackOptions::new(crate::Algorithm::Wrap, 16)
+    }
+
     fn piece(f: Fragment, tokens: Vec<u32>) -> Piece {
-        Piece { fragment: f, tokens: tokens.into(), mask: None, attachments: Vec::new() }
+        Piece { fragment: f, tokens: tokens.into(), mask: None, attachments: Vec::new(), weight: 1.0 }
     }
 
     #[test]
     fn reads_and_rejects() {
         let ok = rec(frag(4, 7), Value::seq(vec![1u32, 2, 3]));
-        assert_eq!(read_piece(ok, "tokens").unwrap(), Some(piece(frag(4, 7), vec![1, 2, 3])));
+        assert_eq!(read_piece(ok, &opts()).unwrap(), Some(piece(frag(4, 7), vec![1, 2, 3])));
         let empty = rec(frag(4, 4), Value::seq(Vec::<u32>::new()));
-        assert_eq!(read_piece(empty, "tokens").unwrap(), None);
-        let err = |r: Record| read_piece(r, "tokens").unwrap_err();
+        assert_eq!(read_piece(empty, &opts()).unwrap(), None);
+        let err = |r: Record| read_piece(r, &opts()).unwrap_err();
         assert!(matches!(err(Record::new(Lineage::single(frag(0, 1)))), PackError::MissingField { .. }));
         assert!(matches!(err(rec(frag(0, 1), Value::array(vec![1u32]))), PackError::WrongType { .. }));
         assert!(matches!(err(rec(frag(0, 1), Value::seq(vec![1i32]))), PackError::WrongType { .. }));
@@ -240,5 +275,37 @@ mod tests {
         assert_eq!(got[2].attachments[0].span(), Span::at(1, 2));
         let e = pieces(doc, 2, LongerThanRow::Split).unwrap_err().to_string();
         assert!(e.contains("image #0 of 3 tokens cannot fit a row of 2"), "{e}");
+    }
+
+    #[test]
+    fn a_piece_weighs_its_datasets_weight_times_its_records() {
+        use crate::config::LossWeights;
+        use zephon_operator::DatasetLossWeight;
+        let weights = LossWeights {
+            datasets: vec![
+                DatasetLossWeight { weight: LossWeight::new(0.5).unwrap(), field: Some("w".into()) },
+                DatasetLossWeight { weight: LossWeight::new(2.0).unwrap(), field: None },
+            ],
+        };
+        let config = PackOptions { loss_weights: Some(weights), ..opts() };
+        let doc = |dataset: u32, w: Option<Value>| {
+            let f = Fragment::range(SampleId::new(dataset, 0, 3), 0, 2).unwrap();
+            let r = rec(f, Value::seq(vec![1u32, 2]));
+            match w {
+                Some(w) => r.with(&"w".into(), w),
+                None => r,
+            }
+        };
+        let weight = |r: Record| read_piece(r, &config).map(|p| p.map(|p| p.weight));
+        assert_eq!(weight(doc(0, Some(Value::Float(3.0)))), Ok(Some(1.5)));
+        assert_eq!(weight(doc(0, Some(Value::Int(0)))), Ok(Some(0.0)));
+        assert_eq!(weight(doc(1, None)), Ok(Some(2.0)), "a dataset without a field: its weight alone");
+        assert_eq!(weight(doc(7, None)), Ok(Some(1.0)), "a dataset past the list weighs 1");
+        for bad in [None, Some(Value::Float(-1.0)), Some(Value::Float(f64::NAN)), Some(Value::text("x"))] {
+            let e = weight(doc(0, bad.clone())).unwrap_err();
+            assert!(e.is_data() && e.to_string().contains("field `w`"), "{bad:?}: {e}");
+        }
+        // Without loss weights, every piece weighs 1 and the field is not read.
+        assert_eq!(read_piece(doc(0, None), &opts()).map(|p| p.map(|p| p.weight)), Ok(Some(1.0)));
     }
 }

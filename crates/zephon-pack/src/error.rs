@@ -100,6 +100,21 @@ pub enum PackError {
         message: String,
     },
 
+    /// A record's loss weight field is missing, not a number, negative or not finite.
+    #[error("record {lineage}: field `{field}` must hold the record's loss weight, a finite number ≥ 0; found {found}")]
+    LossWeight {
+        /// The record's lineage.
+        lineage: String,
+        /// The weight field.
+        field: String,
+        /// What was there.
+        found: String,
+    },
+
+    /// More datasets than `source_ids` (u16) can name.
+    #[error("dataset #{0} does not fit the u16 source_ids (at most 65,535 datasets)")]
+    TooManySources(u32),
+
     /// A checkpointed state or a row lineage that this packer cannot have produced.
     #[error("pack state: {0}")]
     State(String),
@@ -116,6 +131,7 @@ impl PackError {
                 | PackError::LengthMismatch { .. }
                 | PackError::TokenTooLarge { .. }
                 | PackError::Attachment { .. }
+                | PackError::LossWeight { .. }
         )
     }
 }

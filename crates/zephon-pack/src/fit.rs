@@ -80,7 +80,7 @@ impl FitAcc {
 
 impl Accumulator for FitAcc {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
-        let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
+        let Some(doc) = read_piece(record, &self.config)? else { return Ok(()) };
         let before = out.len();
         for piece in pieces(doc, self.config.seq_len, self.config.longer_than_row)? {
             self.place(piece, out)?;

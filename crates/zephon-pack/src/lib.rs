@@ -77,7 +77,9 @@ use std::sync::Arc;
 
 use zephon_operator::{Accumulator, Assembly, Holding, LaneContext, Offer, OpError, Operator, OperatorKind};
 
-pub use config::{Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongerThanRow, PackOptions};
+pub use config::{
+    Algorithm, DEFAULT_IGNORE_INDEX, DEFAULT_TOKENS_PER_SEGMENT, EndOfData, LongerThanRow, LossWeights, PackOptions,
+};
 pub use error::PackError;
 pub use row::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS};
 
@@ -150,13 +152,37 @@ impl Operator for Pack {
         }
     }
 
-    /// Refuses a pad id that is not a token of the tokenizer before it.
+    /// Refuses a pad id that is not a token of the tokenizer before it; takes the datasets'
+    /// loss weights when it writes `loss_weights` and was given none of its own, and refuses
+    /// them when it does not write the column.
     fn assemble(&self, plan: &Assembly<'_>) -> Result<Option<Arc<dyn Operator>>, OpError> {
-        match plan.before(|o| o.vocab_size) {
-            Some((_, v)) if self.config.pad_id as usize >= v => Err(OpError::Fatal(format!(
+        if let Some((_, v)) = plan.before(|o| o.vocab_size)
+            && self.config.pad_id as usize >= v
+        {
+            return Err(OpError::Fatal(format!(
                 "pad_id {} is not a token of the tokenizer (its vocabulary has {v} ids)",
                 self.config.pad_id
+            )));
+        }
+        let weighted = plan.loss_weights.iter().position(|w| *w != zephon_operator::DatasetLossWeight::default());
+        match (&self.config.loss_weights, weighted) {
+            (None, Some(d)) => Err(OpError::Fatal(format!(
+                "dataset {} has a loss weight, which only the packer's loss_weights column carries: turn it on \
+                 ([pack] loss_weights = true, or PackOptions::loss_weights)",
+                plan.datasets.get(d).map_or("?", String::as_str)
             ))),
+            (Some(own), Some(_)) if own.datasets.is_empty() => {
+                let config = PackOptions {
+                    loss_weights: Some(LossWeights { datasets: plan.loss_weights.to_vec() }),
+                    ..(*self.config).clone()
+                };
+                Ok(Some(Arc::new(Pack::new(config).map_err(|e| OpError::Fatal(e.to_string()))?)))
+            }
+            (Some(own), Some(_)) if own.datasets != plan.loss_weights => Err(OpError::Fatal(
+                "the datasets' loss weights are given twice, by the datasets and by PackOptions::loss_weights, \
+                 and differ: give them once"
+                    .into(),
+            )),
             _ => Ok(None),
         }
     }
@@ -197,6 +223,17 @@ impl Operator for Pack {
         };
         if c.warm_up && c.algorithm != Algorithm::Wrap {
             end.push_str(", warming up from 1 open row (doubling with each row emitted)");
+        }
+        if c.source_ids {
+            end.push_str(", each token's dataset in source_ids");
+        }
+        if let Some(w) = &c.loss_weights {
+            let weighted = w.datasets.iter().any(|d| *d != zephon_operator::DatasetLossWeight::default());
+            end.push_str(if weighted {
+                ", each position's loss weight in loss_weights (by dataset and record)"
+            } else {
+                ", loss_weights (every document weighs 1)"
+            });
         }
         format!(
             "pack: {how} into rows of {} tokens, at most {} documents a row, {long}, pad {}{end}; holds up to {holds} per lane",

@@ -11,7 +11,8 @@ use crate::doc::{Piece, read_piece};
 use crate::error::PackError;
 
 pub use zephon_operator::columns::{
-    CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS,
+    CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, LOSS_WEIGHTS, MAX_SEQLEN, NUM_TOKENS, POSITIONS, SEGMENT, SEGMENT_IDS,
+    SOURCE_IDS,
 };
 
 /// A row being filled: its segments' fragments, their tokens concatenated, and their
@@ -27,6 +28,8 @@ pub(crate) struct OpenRow {
     /// without, are all 1).
     mask: Option<Vec<u8>>,
     attachments: Vec<Attachment>,
+    /// Each segment's weight on the loss.
+    weights: Vec<f32>,
     /// T: the token buffer never grows past it (a row never holds more).
     limit: usize,
 }
@@ -40,6 +43,7 @@ impl OpenRow {
             tokens: Vec::with_capacity(config.seq_len),
             mask: None,
             attachments: Vec::new(),
+            weights: Vec::new(),
             limit: config.seq_len,
         }
     }
@@ -54,6 +58,7 @@ impl OpenRow {
             tokens: Vec::new(),
             mask: None,
             attachments: Vec::new(),
+            weights: Vec::new(),
             limit: config.seq_len,
         }
     }
@@ -89,6 +94,7 @@ impl OpenRow {
         let offset = self.tokens.len() as i64;
         let segment = Value::Int(self.fragments.len() as i64 + 1);
         self.fragments.push(piece.fragment);
+        self.weights.push(piece.weight);
         let need = self.tokens.len() + piece.tokens.len();
         if need > self.tokens.capacity() {
             // Doubling, but never past T: a row begun with 700 tokens would otherwise keep room
@@ -147,7 +153,8 @@ impl OpenRow {
                 Some(m) => Some(m.slice(at..at + n).ok_or_else(lost)?),
                 None => None,
             };
-            pieces.push(Piece { fragment, tokens: piece_tokens, mask: piece_mask, attachments: own });
+            let weight = self.weights.get(i).copied().unwrap_or(1.0);
+            pieces.push(Piece { fragment, tokens: piece_tokens, mask: piece_mask, attachments: own, weight });
             at += n;
         }
         Ok(pieces)
@@ -155,13 +162,13 @@ impl OpenRow {
 
     /// Lays out the row (its token buffer becomes `input_ids`).
     pub fn into_record(self, config: &PackOptions) -> Result<Record, PackError> {
-        assemble(config, &self.fragments, self.tokens, self.mask, self.attachments)
+        assemble(config, &self.fragments, self.tokens, self.mask, &self.weights, self.attachments)
     }
 
     /// Appends a piece read back from a checkpoint or a rebuild, checking that it is exactly
     /// the piece asked for.
     pub fn push_restored(&mut self, wanted: Fragment, record: Record, config: &PackOptions) -> Result<(), PackError> {
-        match read_piece(record, &config.input_field)? {
+        match read_piece(record, config)? {
             Some(piece) if piece.fragment == wanted => self.push(piece),
             Some(piece) => Err(PackError::State(format!("asked for {wanted}, got {}", piece.fragment))),
             None => Err(PackError::State(format!("{wanted} is empty: a packed piece never is"))),
@@ -197,11 +204,14 @@ pub(crate) fn rebuild(
 /// no label: the model is not trained to predict placeholders. With a per-token loss `mask`
 /// (a chat conversation's), a position is trained on only when its next token, the label,
 /// is marked; with [`PackOptions::mask_labels`] the others' labels are `ignore_index` too.
+/// `source_ids` and `loss_weights`, when the settings ask for them, follow `loss_mask`: each
+/// position's dataset, and `loss_mask` times its segment's weight (`weights`, one a segment).
 pub(crate) fn assemble(
     config: &PackOptions,
     fragments: &[Fragment],
     tokens: Vec<u32>,
     mask: Option<Vec<u8>>,
+    weights: &[f32],
     attachments: Vec<Attachment>,
 ) -> Result<Record, PackError> {
     let (t, s) = (config.seq_len, config.max_segments);
@@ -273,6 +283,18 @@ pub(crate) fn assemble(
     }
     cu_seqlens.resize(s + 2, t as i32);
 
+    let loss_weights = config.loss_weights.is_some().then(|| {
+        let mut w = vec![0f32; t];
+        let mut at = 0;
+        for (seg, &len) in lens.iter().enumerate() {
+            let weight = weights.get(seg).copied().unwrap_or(1.0);
+            for i in at..at + len {
+                w[i] = f32::from(loss_mask[i]) * weight;
+            }
+            at += len;
+        }
+        w
+    });
     let mut record = Record::new(Lineage::from_fragments(fragments.to_vec()))
         .with(&Field::new(INPUT_IDS), Value::array(input_ids))
         .with(&Field::new(LABELS), Value::array(labels))
@@ -282,6 +304,20 @@ pub(crate) fn assemble(
         .with(&Field::new(MAX_SEQLEN), Value::Int(max_seqlen as i64))
         .with(&Field::new(LOSS_MASK), Value::array(loss_mask))
         .with(&Field::new(NUM_TOKENS), Value::Int(total as i64));
+    if config.source_ids {
+        let mut source_ids = vec![u16::MAX; t];
+        let mut at = 0;
+        for (f, &len) in fragments.iter().zip(&lens) {
+            // `read_piece` refused datasets past u16.
+            let d = u16::try_from(f.sample.dataset).map_err(|_| PackError::TooManySources(f.sample.dataset))?;
+            source_ids[at..at + len].fill(d);
+            at += len;
+        }
+        record = record.with(&Field::new(SOURCE_IDS), Value::array(source_ids));
+    }
+    if let Some(loss_weights) = loss_weights {
+        record = record.with(&Field::new(LOSS_WEIGHTS), Value::array(loss_weights));
+    }
     for a in attachments {
         record.attach(a);
     }
@@ -295,7 +331,7 @@ pub(crate) fn padding(config: &PackOptions) -> Record {
     let t = config.seq_len;
     let mut cu_seqlens = vec![0i32];
     cu_seqlens.resize(config.max_segments + 2, t as i32);
-    Record::new(Lineage::default())
+    let mut record = Record::new(Lineage::default())
         .with(&Field::new(INPUT_IDS), Value::array(vec![config.pad_id; t]))
         .with(&Field::new(LABELS), Value::array(vec![config.ignore_index; t]))
         .with(&Field::new(POSITIONS), Value::array(vec![0i32; t]))
@@ -303,7 +339,14 @@ pub(crate) fn padding(config: &PackOptions) -> Record {
         .with(&Field::new(CU_SEQLENS), Value::array(cu_seqlens))
         .with(&Field::new(MAX_SEQLEN), Value::Int(t as i64))
         .with(&Field::new(LOSS_MASK), Value::array(vec![0u8; t]))
-        .with(&Field::new(NUM_TOKENS), Value::Int(0))
+        .with(&Field::new(NUM_TOKENS), Value::Int(0));
+    if config.source_ids {
+        record = record.with(&Field::new(SOURCE_IDS), Value::array(vec![u16::MAX; t]));
+    }
+    if config.loss_weights.is_some() {
+        record = record.with(&Field::new(LOSS_WEIGHTS), Value::array(vec![0f32; t]));
+    }
+    record
 }
 
 #[cfg(test)]
@@ -326,22 +369,25 @@ mod tests {
         config.max_segments = 2;
         // Two segments: 3 tokens masked 0,1,1 and 2 tokens without a mask (all trained).
         let mask = Some(vec![0, 1, 1, 1, 1]);
-        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 0, 2)], vec![10, 11, 12, 20, 21], mask.clone(), Vec::new())
-            .unwrap();
+        let r =
+            assemble(&config, &[frag(1, 0, 3), frag(2, 0, 2)], vec![10, 11, 12, 20, 21], mask.clone(), &[], Vec::new())
+                .unwrap();
         assert_eq!(r.get(LOSS_MASK), Some(&Value::array::<u8>(vec![1, 1, 0, 1, 0, 0])));
         assert_eq!(r.get(LABELS), Some(&Value::array::<i32>(vec![11, 12, -100, 21, -100, -100])));
         let masked = PackOptions { mask_labels: true, ..config.clone() };
         let m0 = Some(vec![1, 0, 1, 1, 1]);
-        let r = assemble(&masked, &[frag(1, 0, 3), frag(2, 0, 2)], vec![10, 11, 12, 20, 21], m0, Vec::new()).unwrap();
+        let r =
+            assemble(&masked, &[frag(1, 0, 3), frag(2, 0, 2)], vec![10, 11, 12, 20, 21], m0, &[], Vec::new()).unwrap();
         assert_eq!(r.get(LOSS_MASK), Some(&Value::array::<u8>(vec![0, 1, 0, 1, 0, 0])));
         assert_eq!(r.get(LABELS), Some(&Value::array::<i32>(vec![-100, 12, -100, 21, -100, -100])));
-        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1, 2], Some(vec![1]), Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1, 2], Some(vec![1]), &[], Vec::new()).is_err());
     }
 
     #[test]
     fn lays_out_two_segments_and_padding() {
         let config = PackOptions { pad_id: 9, max_segments: 3, ..PackOptions::new(Algorithm::Wrap, 8) };
-        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21], None, Vec::new()).unwrap();
+        let r = assemble(&config, &[frag(1, 0, 3), frag(2, 5, 7)], vec![10, 11, 12, 20, 21], None, &[], Vec::new())
+            .unwrap();
         assert_eq!(get(&r, INPUT_IDS), &Value::array::<u32>(vec![10, 11, 12, 20, 21, 9, 9, 9]));
         assert_eq!(get(&r, LABELS), &Value::array::<i32>(vec![11, 12, -100, 21, -100, -100, -100, -100]));
         assert_eq!(get(&r, POSITIONS), &Value::array::<i32>(vec![0, 1, 2, 0, 1, 0, 0, 0]));
@@ -356,25 +402,26 @@ mod tests {
     #[test]
     fn full_row_has_no_padding_sequence() {
         let config = PackOptions { max_segments: 2, ..PackOptions::new(Algorithm::Wrap, 4) };
-        let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4], None, Vec::new()).unwrap();
+        let r = assemble(&config, &[frag(1, 0, 4)], vec![1, 2, 3, 4], None, &[], Vec::new()).unwrap();
         assert_eq!(get(&r, CU_SEQLENS), &Value::array::<i32>(vec![0, 4, 4, 4]));
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(4));
         // A long padding run is the longest sequence.
-        let r = assemble(&config, &[frag(1, 0, 1)], vec![1], None, Vec::new()).unwrap();
+        let r = assemble(&config, &[frag(1, 0, 1)], vec![1], None, &[], Vec::new()).unwrap();
         assert_eq!(get(&r, MAX_SEQLEN), &Value::Int(3));
     }
 
     #[test]
     fn refuses_shapes_it_never_makes() {
         let config = PackOptions { max_segments: 2, ..PackOptions::new(Algorithm::Wrap, 4) };
-        assert!(assemble(&config, &[], vec![], None, Vec::new()).is_err());
+        assert!(assemble(&config, &[], vec![], None, &[], Vec::new()).is_err());
         assert!(
-            assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3], None, Vec::new()).is_err()
+            assemble(&config, &[frag(1, 0, 1), frag(2, 0, 1), frag(3, 0, 1)], vec![1, 2, 3], None, &[], Vec::new())
+                .is_err()
         );
-        assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5], None, Vec::new()).is_err());
-        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1], None, Vec::new()).is_err());
-        assert!(assemble(&config, &[frag(1, 2, 2)], vec![], None, Vec::new()).is_err());
-        assert!(assemble(&config, &[Fragment::whole(SampleId::new(0, 0, 1))], vec![], None, Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 5)], vec![1, 2, 3, 4, 5], None, &[], Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 0, 2)], vec![1], None, &[], Vec::new()).is_err());
+        assert!(assemble(&config, &[frag(1, 2, 2)], vec![], None, &[], Vec::new()).is_err());
+        assert!(assemble(&config, &[Fragment::whole(SampleId::new(0, 0, 1))], vec![], None, &[], Vec::new()).is_err());
     }
 
     #[test]
@@ -385,6 +432,7 @@ mod tests {
             tokens: vec![7u32; n as usize].into(),
             mask: None,
             attachments: Vec::new(),
+            weight: 1.0,
         };
         let mut row = OpenRow::growing(&config);
         row.push(piece(1, 700)).unwrap();
@@ -404,13 +452,20 @@ mod tests {
         let config = PackOptions { max_segments: 3, ..PackOptions::new(Algorithm::Wrap, 8) };
         let image = Attachment::new(&"image".into(), 0).placed(Span::at(1, 2).unwrap(), true);
         let mut row = OpenRow::new(&config);
-        row.push(Piece { fragment: frag(1, 0, 2), tokens: vec![10, 11].into(), mask: None, attachments: Vec::new() })
-            .unwrap();
+        row.push(Piece {
+            fragment: frag(1, 0, 2),
+            tokens: vec![10, 11].into(),
+            mask: None,
+            attachments: Vec::new(),
+            weight: 1.0,
+        })
+        .unwrap();
         row.push(Piece {
             fragment: frag(2, 0, 4),
             tokens: vec![20, 99, 99, 21].into(),
             mask: None,
             attachments: vec![image],
+            weight: 1.0,
         })
         .unwrap();
         let r = row.into_record(&config).unwrap();

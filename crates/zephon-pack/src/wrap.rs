@@ -68,7 +68,7 @@ fn emit(row: &mut OpenRow, config: &PackOptions, out: &mut Vec<Record>) -> Resul
 
 impl Accumulator for WrapAcc {
     fn push(&mut self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
-        let Some(doc) = read_piece(record, &self.config.input_field)? else { return Ok(()) };
+        let Some(doc) = read_piece(record, &self.config)? else { return Ok(()) };
         let keep = match self.config.longer_than_row {
             LongerThanRow::Split => doc.len(),
             LongerThanRow::Truncate => doc.safe_cut(doc.len().min(self.config.seq_len)),

@@ -60,7 +60,7 @@ macro_rules! elements {
     };
 }
 
-elements!(U8(u8), I32(i32), U32(u32), I64(i64), F32(f32), F64(f64), BF16(bf16), F16(f16));
+elements!(U8(u8), I32(i32), U32(u32), I64(i64), F32(f32), F64(f64), BF16(bf16), F16(f16), U16(u16));
 
 impl RustBuffer {
     /// Where the elements start, and whether numpy may write them.
@@ -128,6 +128,7 @@ pub(crate) fn to_numpy<'py>(py: Python<'py>, array: Array) -> PyResult<Bound<'py
         DType::F32 => view::<f32>(&owner, &dims, ptr)?,
         DType::F64 => view::<f64>(&owner, &dims, ptr)?,
         // Same size and alignment: bf16 and f16 are transparent wrappers of u16.
+        DType::U16 => view::<u16>(&owner, &dims, ptr)?,
         DType::BF16 | DType::F16 => view::<u16>(&owner, &dims, ptr)?,
     };
     if !writeable {

@@ -56,7 +56,7 @@ impl Step {
     /// All rows stacked into columns: a `zephon_rs.Batch` (a dict of numpy arrays, lists for
     /// text and bytes fields) whose `label_convention` says how its `labels` are meant. With
     /// `int64=True`, integer token columns (`input_ids`, `labels`, `positions`, `segment_ids`,
-    /// `cu_seqlens`) are widened to int64 in Rust, as PyTorch wants them.
+    /// `cu_seqlens`, `source_ids`) are widened to int64 in Rust, as PyTorch wants them.
     ///
     /// `layout="zephon"` (the default): every column, `labels` already shifted to the next
     /// token (`label_convention == "next_token"`: for models that do not shift, as
@@ -147,7 +147,7 @@ impl Step {
     }
 }
 
-/// `batch` with its 32-bit integer dense columns widened to i64.
+/// `batch` with its 16- and 32-bit integer dense columns widened to i64.
 fn widen(batch: Batch, int64: bool) -> Batch {
     if !int64 {
         return batch;
@@ -156,6 +156,7 @@ fn widen(batch: Batch, int64: bool) -> Batch {
         let wide: Option<Vec<i64>> = match a.data() {
             ArrayData::U32(b) => Some(b.iter().map(|&x| i64::from(x)).collect()),
             ArrayData::I32(b) => Some(b.iter().map(|&x| i64::from(x)).collect()),
+            ArrayData::U16(b) => Some(b.iter().map(|&x| i64::from(x)).collect()),
             _ => None,
         };
         match wide {

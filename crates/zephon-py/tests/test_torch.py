@@ -169,3 +169,70 @@ def test_the_loss_curve_does_not_move_with_the_dp_size(data, tmp_path):
     s = torch_lm.summary(c)
     assert s["zephon_max_rel_diff"] < 1e-5, s
     assert s["sampler_max_rel_diff"] > 1e-3, s
+
+
+def _weighted_spec(data: Path, tmp_path: Path) -> Path:
+    """Corpus A's first shard with a per-record ``quality`` (by row: 0, 0.5, 1, 1.5) at loss
+    weight 0.5, and corpus B at loss weight 2, packed with both per-token columns."""
+    src = data / "corpora" / "a" / "jsonl" / "part-00000.jsonl"
+    weighted = tmp_path / "a-weighted.jsonl"
+    with src.open() as f, weighted.open("w") as out:
+        for row, line in enumerate(f):
+            record = json.loads(line)
+            record["quality"] = (row % 4) * 0.5
+            out.write(json.dumps(record) + "\n")
+    text = text_spec(data, lanes=4, rows=4, seq_len=128)
+    text = text.replace(f'path = "{data}/corpora/a/jsonl"\nshare = 0.5',
+                        f'path = "{weighted}"\nshare = 0.5\nloss_weight = 0.5\nloss_weight_field = "quality"')
+    text = text.replace(f'path = "{data}/corpora/b/parquet"\nshare = 0.5',
+                        f'path = "{data}/corpora/b/parquet"\nshare = 0.5\nloss_weight = 2.0')
+    text = text.replace("pad_id = 50256\n", "pad_id = 50256\nsource_ids = true\nloss_weights = true\n")
+    assert text.count("loss_weight") == 4, text
+    p = tmp_path / "weighted.toml"
+    p.write_text(text)
+    return p
+
+
+def test_weighted_and_per_source_losses_equal_a_reference_computed_document_by_document(data, tmp_path):
+    spec = _weighted_spec(data, tmp_path)
+    loader = zephon_rs.Loader(spec, dp_rank=0, dp_world_size=1)
+    names = loader.dataset_names()
+    assert names == ["a", "b"]
+    # A tiny model whose logits at a position depend on its token only, so that a document
+    # scores the same alone as inside a packed row.
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(50257, 8)
+    head = torch.nn.Linear(8, 50257, bias=False)
+
+    def ce(ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.nn.functional.cross_entropy(head(embed(ids)), targets, reduction="none")
+
+    weight_of = {"a": lambda row: 0.5 * (row % 4) * 0.5, "b": lambda row: 2.0}
+    for _ in range(3):
+        step = next(loader)
+        b = zt.to_tensors(step.batch(int64=True))
+        ids, labels = b["input_ids"], b["labels"]
+        token_ce = ce(ids.flatten(), labels.flatten().clamp(min=0)) * (labels.flatten() != -100)
+        w = b["loss_weights"].flatten()
+        weighted = (token_ce * w).sum() / w.sum()
+        mask = b["loss_mask"].flatten().bool()
+        src = b["source_ids"].flatten()[mask]
+        per_source = torch.zeros(len(names), dtype=torch.float64).index_add_(0, src, token_ce[mask].double())
+        # The reference: each document alone, by the provenance of each row.
+        num, den = 0.0, 0.0
+        ref_source = torch.zeros(len(names), dtype=torch.float64)
+        for r, pieces in enumerate(step.provenance()):
+            at = 0
+            for dataset, _shard, row, start, end in pieces:
+                n = end - start
+                doc = ids[r, at:at + n]
+                doc_ce = ce(doc[:-1], doc[1:]).double()
+                wd = weight_of[dataset](row)
+                num += wd * doc_ce.sum().item()
+                den += wd * (n - 1)
+                ref_source[names.index(dataset)] += doc_ce.sum()
+                at += n
+        assert den > 0
+        assert weighted.item() == pytest.approx(num / den, rel=1e-4)
+        assert torch.allclose(per_source, ref_source, rtol=1e-4)

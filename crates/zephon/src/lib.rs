@@ -74,7 +74,7 @@ pub use zephon_mix::{Balance, EnsureMixture, EstimateOptions, Exhaustion, Order,
 pub use zephon_operator as operator;
 #[doc(inline)]
 pub use zephon_pack as pack;
-pub use zephon_pack::{Algorithm, LongerThanRow, Pack, PackOptions};
+pub use zephon_pack::{Algorithm, LongerThanRow, LossWeights, Pack, PackOptions};
 #[cfg(feature = "text")]
 #[doc(inline)]
 pub use zephon_text as text;

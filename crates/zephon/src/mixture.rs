@@ -39,6 +39,9 @@ pub struct Dataset {
     pub(crate) split: Option<Split>,
     pub(crate) amount: Amount,
     pub(crate) options: DatasetOptions,
+    /// Its tokens' weight on the loss, and the field of each record's.
+    pub(crate) loss_weight: f64,
+    pub(crate) loss_weight_field: Option<String>,
 }
 
 impl Dataset {
@@ -52,6 +55,8 @@ impl Dataset {
             split: None,
             amount: Amount::Weight(1.0),
             options: DatasetOptions::default(),
+            loss_weight: 1.0,
+            loss_weight_field: None,
         }
     }
 
@@ -82,7 +87,12 @@ impl Dataset {
             .map(|p| Location::parse(&self.name, &p.to_string_lossy(), storage))
             .collect::<Result<Vec<_>, _>>()?;
         let layout = Layout::resolve(&self.name, &locations, self.split)?;
-        let options = DatasetOptions { storage: storage.clone(), ..self.options.clone() };
+        let mut options = DatasetOptions { storage: storage.clone(), ..self.options.clone() };
+        if let Some(f) = &self.loss_weight_field
+            && !options.fields.extra.contains(f)
+        {
+            options.fields.extra.push(f.clone());
+        }
         Ok((zephon_io::open_layout(&self.name, &layout, &options)?, layout))
     }
 
@@ -112,6 +122,32 @@ impl Dataset {
     pub fn fields(mut self, fields: Fields) -> Self {
         self.options.fields = fields;
         self
+    }
+
+    /// Its tokens' weight on the loss (default 1; finite, at least 0): the packer's
+    /// `loss_weights` column carries it ([`crate::PackOptions::loss_weights`]), times each
+    /// record's weight when [`Dataset::loss_weight_field`] names one. A weight without that
+    /// column is refused when the pipeline is built.
+    #[must_use]
+    pub fn loss_weight(mut self, weight: f64) -> Self {
+        self.loss_weight = weight;
+        self
+    }
+
+    /// The field holding each record's weight on the loss (a number, finite, at least 0; a
+    /// record without it is a bad record), multiplied by the dataset's.
+    #[must_use]
+    pub fn loss_weight_field(mut self, field: &str) -> Self {
+        self.loss_weight_field = Some(field.to_string());
+        self
+    }
+
+    /// What its tokens weigh on the loss, checked.
+    pub(crate) fn loss(&self) -> Result<zephon_operator::DatasetLossWeight, String> {
+        let weight = zephon_operator::LossWeight::new(self.loss_weight as f32).ok_or_else(|| {
+            format!("dataset {}: loss_weight {} must be a finite number, at least 0", self.name, self.loss_weight)
+        })?;
+        Ok(zephon_operator::DatasetLossWeight { weight, field: self.loss_weight_field.clone() })
     }
 
     /// Where JSONL indexes are cached.

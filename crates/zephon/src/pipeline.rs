@@ -380,6 +380,13 @@ impl Pipeline {
             ops.iter().map(|op| zephon_core::Neighbour { name: op.name().to_string(), offer: op.offer() }).collect();
         let names: Vec<String> = self.mixture.datasets.iter().map(|d| d.name.clone()).collect();
         let text_fields = self.text_fields();
+        let loss_weights = self
+            .mixture
+            .datasets
+            .iter()
+            .map(|d| d.loss())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Error::Build)?;
         let mut operators = Operators::new();
         for (i, op) in ops.iter().enumerate() {
             let before: Vec<zephon_core::Neighbour> = neighbours[..i].iter().rev().cloned().collect();
@@ -387,6 +394,7 @@ impl Pipeline {
                 datasets: &names,
                 text_fields: &text_fields,
                 shares,
+                loss_weights: &loss_weights,
                 before: &before,
                 after: &neighbours[i + 1..],
             };

@@ -27,6 +27,7 @@ fn all_dtypes_row(r: u64) -> Record {
         .with(&f("f64"), arr(Array::from_vec((0..6).map(|i| v(i) as f64 * 1e-9).collect::<Vec<_>>())))
         .with(&f("bf16"), arr(Array::from_vec((0..6).map(|i| bf16::from_f32(v(i) as f32 * 0.25)).collect::<Vec<_>>())))
         .with(&f("f16"), arr(Array::from_vec((0..6).map(|i| f16::from_f32(v(i) as f32 * 0.125)).collect::<Vec<_>>())))
+        .with(&f("u16"), arr(Array::from_vec((0..6).map(|i| (v(i) as u16).wrapping_mul(9_000)).collect::<Vec<_>>())))
         .with(&f("int"), Value::Int(r as i64 - 1))
         .with(&f("float"), Value::Float(r as f64 * 0.5))
 }
@@ -45,8 +46,11 @@ fn every_dtype_dense_keeps_values_shape_and_dtype() {
     let batch = Batch::from_rows(&rows).unwrap();
     let t = Sink::raw(Device::Cpu).convert(batch.clone()).unwrap();
     assert_eq!(t.rows(), 3);
-    assert_eq!(t.names().collect::<Vec<_>>(), ["u8", "i32", "u32", "i64", "f32", "f64", "bf16", "f16", "int", "float"]);
-    for name in ["u8", "i32", "u32", "i64", "f32", "f64", "bf16", "f16"] {
+    assert_eq!(
+        t.names().collect::<Vec<_>>(),
+        ["u8", "i32", "u32", "i64", "f32", "f64", "bf16", "f16", "u16", "int", "float"]
+    );
+    for name in ["u8", "i32", "u32", "i64", "f32", "f64", "bf16", "f16", "u16"] {
         assert_eq!(t.require(name).unwrap().dims(), &[3, 2, 3], "{name}");
     }
     assert_eq!(flat::<u8>(t.require("u8").unwrap()), column(&batch, "u8").as_u8().unwrap());
@@ -57,6 +61,9 @@ fn every_dtype_dense_keeps_values_shape_and_dtype() {
     assert_eq!(flat::<f64>(t.require("f64").unwrap()), column(&batch, "f64").as_slice::<f64>().unwrap());
     assert_eq!(flat::<bf16>(t.require("bf16").unwrap()), column(&batch, "bf16").as_slice::<bf16>().unwrap());
     assert_eq!(flat::<f16>(t.require("f16").unwrap()), column(&batch, "f16").as_slice::<f16>().unwrap());
+    // candle has no u16: the values arrive as u32.
+    let u16s: Vec<u32> = column(&batch, "u16").as_slice::<u16>().unwrap().iter().map(|&x| u32::from(x)).collect();
+    assert_eq!(flat::<u32>(t.require("u16").unwrap()), u16s);
     assert_eq!(flat::<i64>(t.require("int").unwrap()), [-1, 0, 1]);
     assert_eq!(flat::<f64>(t.require("float").unwrap()), [0.0, 0.5, 1.0]);
     for (name, tensor) in t.iter() {

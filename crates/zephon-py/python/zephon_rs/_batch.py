@@ -7,8 +7,9 @@ causal LMs shift inside the model: their ``labels`` are the tokens themselves, a
 zephon's labels would learn the token after next. ``Step.batch(layout="hf")`` gives the
 columns a ``transformers`` model takes (``input_ids``, ``labels``, ``position_ids``), with the
 labels in its convention; ``layout="hf_flat"`` packs them into one row without padding, as
-``DataCollatorWithFlattening`` does. Every batch says which convention it holds in
-``batch.label_convention``.
+``DataCollatorWithFlattening`` does. ``source_ids`` (each token's dataset) and ``loss_weights``
+(each label's weight, moved with its label) come along when the packer writes them. Every batch
+says which convention it holds in ``batch.label_convention``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ def finish(columns: dict, layout: str) -> Batch:
     labels = np.full_like(ours, IGNORE)
     labels[:, 1:] = np.where(trained[:, :-1], ours[:, :-1], IGNORE)
     out: dict[str, Any] = {"input_ids": ids, "labels": labels, "position_ids": positions}
+    # Each token's dataset stays with the token; a position's loss weight moves with its label.
+    if "source_ids" in columns:
+        out["source_ids"] = np.asarray(columns["source_ids"])
+    if "loss_weights" in columns:
+        ours_w = np.asarray(columns["loss_weights"])
+        weights = np.zeros_like(ours_w)
+        weights[:, 1:] = ours_w[:, :-1]
+        out["loss_weights"] = weights
     if layout == "hf_flat":
         if "num_tokens" not in columns:
             raise ValueError("layout 'hf_flat' needs the packer's 'num_tokens' column")

@@ -90,7 +90,8 @@ def _make_titan_loader() -> type:
 
     class TitanDataLoader(base):  # type: ignore[misc, valid-type]
         """A TorchTitan data loader over a zephon spec. It yields ``({"input": ids,
-        "positions": positions}, labels)`` as int64 CPU tensors, one microbatch at a time:
+        "positions": positions}, labels)`` as int64 CPU tensors (with ``"source_ids"`` and
+        ``"loss_weights"`` in the dict when ``[pack]`` writes them), one microbatch at a time:
         ``[B, L]`` for TorchTitan 0.3 (``B = local_batch_size``, ``L = seq_len``), flat ``[T]``
         for TorchTitan's data package (``T = num_tokens_per_batch``). Positions restart at 0 at
         every document, which is how TorchTitan finds documents for its attention masks; labels
@@ -201,10 +202,16 @@ def _make_titan_loader() -> type:
                 batches = step.microbatches(self.micro_rows, int64=True)
                 for k, b in enumerate(batches):
                     self._pending = len(batches) - k - 1
-                    ids, pos, labels = (as_tensor(b[c]) for c in ("input_ids", "positions", "labels"))
+                    inputs = {"input": as_tensor(b["input_ids"]), "positions": as_tensor(b["positions"])}
+                    # The packer's per-token sources and loss weights, when the spec asks for them.
+                    for extra in ("source_ids", "loss_weights"):
+                        if extra in b:
+                            inputs[extra] = as_tensor(b[extra])
+                    labels = as_tensor(b["labels"])
                     if self.flat:
-                        ids, pos, labels = ids.reshape(-1), pos.reshape(-1), labels.reshape(-1)
-                    yield {"input": ids, "positions": pos}, labels
+                        inputs = {k: v.reshape(-1) for k, v in inputs.items()}
+                        labels = labels.reshape(-1)
+                    yield inputs, labels
 
         def state_dict(self) -> dict[str, Any]:
             if self._pending and self.last_step is not None:

@@ -319,7 +319,8 @@ fn tokenize_offers_its_vocabulary_and_refuses_to_come_before_the_images_it_place
     assert_eq!(t.offer().vocab_size, Some(50257));
     let fields = ["body".to_string(), "text".to_string()];
     let names = ["a".to_string(), "b".to_string()];
-    let mut plan = Assembly { datasets: &names, text_fields: &fields, shares: None, before: &[], after: &[] };
+    let mut plan =
+        Assembly { datasets: &names, text_fields: &fields, shares: None, loss_weights: &[], before: &[], after: &[] };
     let assembled = t.assemble(&plan).unwrap().expect("it takes the datasets' text fields");
     assert!(
         assembled.fingerprint().to_text().contains(r#"dataset_fields=["body", "text"]"#),

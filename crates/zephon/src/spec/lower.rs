@@ -89,6 +89,12 @@ impl Spec {
                 max_row_bytes: d.max_row_bytes,
                 images: d.images.clone(),
             });
+            if let Some(w) = d.loss_weight {
+                ds = ds.loss_weight(w);
+            }
+            if let Some(f) = &d.loss_weight_field {
+                ds = ds.loss_weight_field(f);
+            }
             ds = match (d.share, d.weight, first_shares.and_then(|w| w.get(&d.name))) {
                 (Some(s), _, _) | (_, _, Some(&s)) => ds.share(s),
                 (_, Some(w), _) => ds.weight(w),
@@ -256,6 +262,9 @@ impl Spec {
             config.ignore_index = i;
         }
         config.mask_labels = pk.mask_labels;
+        config.source_ids = pk.source_ids;
+        // The datasets' weights reach the packer when it is assembled.
+        config.loss_weights = pk.loss_weights.then(zephon_pack::LossWeights::default);
         Ok(Some(Pack::new(config)?))
     }
 

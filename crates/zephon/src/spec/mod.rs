@@ -254,6 +254,15 @@ impl Spec {
                 return Err("[validation] shuffle must be at least 1".into());
             }
         }
+        if !self.pack.as_ref().is_some_and(|p| p.loss_weights)
+            && let Some(d) = self.datasets.iter().find(|d| d.loss_weight.is_some() || d.loss_weight_field.is_some())
+        {
+            return Err(format!(
+                "dataset {}: a loss weight is carried by the packer's loss_weights column: without [pack] \
+                 loss_weights = true it has no effect",
+                d.name
+            ));
+        }
         if self.pack.as_ref().is_some_and(|p| p.mask_labels) && self.chat.is_none() {
             return Err("[pack] mask_labels follows the loss mask of [chat] conversations: without [chat] it has \
                         no effect"

@@ -33,6 +33,10 @@ pub struct DatasetSpec {
     /// Where images come from: an image column (Parquet), a field of image paths (JSONL), or
     /// comma-separated member extensions (WebDataset tar, e.g. `"jpg,png"`).
     pub images: Option<String>,
+    /// Its tokens' weight on the loss (default 1), in `[pack] loss_weights`.
+    pub loss_weight: Option<f64>,
+    /// The field holding each record's weight on the loss, times `loss_weight`.
+    pub loss_weight_field: Option<String>,
 }
 
 /// A `path`: one location, or a list of them read in order.
@@ -386,6 +390,12 @@ pub struct PackSpec {
     /// only `loss_mask` is 0 there).
     #[serde(default)]
     pub mask_labels: bool,
+    /// Rows carry `source_ids`: each token's dataset (u16).
+    #[serde(default)]
+    pub source_ids: bool,
+    /// Rows carry `loss_weights`: each position's weight on the loss (f32).
+    #[serde(default)]
+    pub loss_weights: bool,
 }
 
 impl PackSpec {

@@ -10,6 +10,7 @@ mod finite;
 mod hardening;
 mod layouts;
 mod many_sources;
+mod per_token;
 mod pretokenized;
 mod remote;
 mod shares;
