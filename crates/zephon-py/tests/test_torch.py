@@ -196,7 +196,7 @@ def _weighted_spec(data: Path, tmp_path: Path) -> Path:
 def test_weighted_and_per_source_losses_equal_a_reference_computed_document_by_document(data, tmp_path):
     spec = _weighted_spec(data, tmp_path)
     loader = zephon_rs.Loader(spec, dp_rank=0, dp_world_size=1)
-    names = loader.dataset_names()
+    names = loader.dataset_names
     assert names == ["a", "b"]
     # A tiny model whose logits at a position depend on its token only, so that a document
     # scores the same alone as inside a packed row.
