@@ -236,3 +236,22 @@ def test_weighted_and_per_source_losses_equal_a_reference_computed_document_by_d
         assert den > 0
         assert weighted.item() == pytest.approx(num / den, rel=1e-4)
         assert torch.allclose(per_source, ref_source, rtol=1e-4)
+
+
+def test_the_torchtitan_loader_hands_over_the_per_token_columns(data, tmp_path):
+    spec = _weighted_spec(data, tmp_path)
+    titan = zt.TitanDataLoader
+    if "repeat" in titan.Config.__dataclass_fields__:
+        kw = dict(max_context_length=128, num_tokens_per_batch=4 * 128)
+    else:
+        kw = dict(seq_len=128, local_batch_size=4, snapshot_every_n_steps=1)
+    loader = titan.Config(spec=str(spec)).build(dp_world_size=1, dp_rank=0, tokenizer=None, **kw)
+    inputs, labels = next(iter(loader))
+    assert set(inputs) == {"input", "positions", "source_ids", "loss_weights"}
+    assert inputs["source_ids"].shape == labels.shape and inputs["loss_weights"].shape == labels.shape
+    assert inputs["source_ids"].dtype == torch.int64 and inputs["loss_weights"].dtype == torch.float32
+    # Where a label is ignored, its weight is 0; a trained label of dataset b weighs 2.
+    ignored = labels == -100
+    assert torch.all(inputs["loss_weights"][ignored] == 0)
+    b = (inputs["source_ids"] == 1) & ~ignored
+    assert b.any() and torch.all(inputs["loss_weights"][b] == 2.0)
