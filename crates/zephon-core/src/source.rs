@@ -115,24 +115,25 @@ pub trait Dataset: Send + Sync {
     }
 }
 
-/// A read the schedule plans ([`Dataset::plan`]): which lane reads, in which of its chunks,
-/// and where that lane is now, so that a cache can tell when the read comes.
+/// A read the schedule plans ([`Dataset::plan`]): which stream of chunks reads (a lane, or
+/// one dataset's chunks within a steered lane), in which of its chunks, and where that stream
+/// is now, so that a cache can tell when the read comes.
 ///
 /// When is measured in thousandths of a step, a clock common to all lanes (they make steps
-/// together, within the prefetch): the lane reads chunk `c` at about `step_milli +
-/// (c - chunk_now) * milli_per_chunk`. The newest plan of a lane says where it is; a read of a
-/// chunk below its `chunk_now` is past.
+/// together, within the prefetch): the stream reads chunk `c` at about `step_milli +
+/// (c - chunk_now) * milli_per_chunk`. The newest plan of a stream says where it is; a read of
+/// a chunk below its `chunk_now` is past.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct PlannedRead {
-    /// The lane that reads.
-    pub lane: u32,
-    /// Its chunk (the lane's n-th) that holds the samples.
+    /// The stream that reads: the lane, or for a steered lane `lane * datasets + dataset`.
+    pub stream: u64,
+    /// Its chunk (the stream's n-th) that holds the samples.
     pub chunk: u64,
-    /// The chunk the lane reads now.
+    /// The chunk the stream reads now.
     pub chunk_now: u64,
-    /// The step the lane makes now, in thousandths.
+    /// The step its lane makes now, in thousandths.
     pub step_milli: u64,
-    /// The lane's pace: thousandths of a step per chunk (at least 1).
+    /// The stream's pace: thousandths of a step per chunk (at least 1).
     pub milli_per_chunk: u64,
 }
 

@@ -58,6 +58,17 @@ impl TomlValue for f64 {
     }
 }
 
+impl<T: TomlValue> TomlValue for [T] {
+    /// An array of the values.
+    fn toml(&self) -> String {
+        format!("[{}]", self.iter().map(TomlValue::toml).collect::<Vec<_>>().join(", "))
+    }
+}
+impl<T: TomlValue> TomlValue for Vec<T> {
+    fn toml(&self) -> String {
+        self.as_slice().toml()
+    }
+}
 macro_rules! integers {
     ($($t:ty),*) => {$(
         impl TomlValue for $t {

@@ -199,8 +199,14 @@ impl Shared {
         let mut wake_consumer = false;
         for d in done.iter_mut().filter(|d| d.changed) {
             let i = d.lane;
-            if let Some(q) = s.lanes[i].steered.as_mut() {
-                q.extend(d.chosen.drain(..));
+            if s.lanes[i].steered.is_some() {
+                let (lane, slots) = (self.slots[i].lane, self.slots.len());
+                for unit in &d.chosen {
+                    s.lookahead.entered(lane, &unit.entered, d.made.steps_made, slots, self);
+                }
+                if let Some(q) = s.lanes[i].steered.as_mut() {
+                    q.extend(d.chosen.drain(..));
+                }
             }
             s.lanes[i].in_flight -= d.drained;
             s.in_flight -= d.drained;

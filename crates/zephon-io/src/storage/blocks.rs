@@ -73,12 +73,13 @@ pub(crate) struct BlockCache {
     plan: Mutex<NextUses>,
 }
 
-/// The reads the schedule planned: by block, the lanes and chunks that read it; by lane, where
-/// it is (its newest plan), which says when each of its reads comes and which are past.
+/// The reads the schedule planned: by block, the streams (lanes) and chunks that read it; by
+/// stream, where it is (its newest plan), which says when each of its reads comes and which
+/// are past.
 #[derive(Debug, Default)]
 struct NextUses {
-    lanes: HashMap<u32, PlannedRead>,
-    uses: HashMap<PathBuf, Vec<(u32, u64)>>,
+    lanes: HashMap<u64, PlannedRead>,
+    uses: HashMap<PathBuf, Vec<(u64, u64)>>,
 }
 
 impl NextUses {
@@ -143,14 +144,14 @@ impl BlockCache {
             return;
         }
         let mut plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner);
-        let lane = plan.lanes.entry(read.lane).or_insert(*read);
+        let lane = plan.lanes.entry(read.stream).or_insert(*read);
         if (read.chunk_now, read.step_milli) >= (lane.chunk_now, lane.step_milli) {
             *lane = *read;
         }
         for index in blocks {
             let uses = plan.uses.entry(self.path_of(key, index)).or_default();
-            if !uses.contains(&(read.lane, read.chunk)) {
-                uses.push((read.lane, read.chunk));
+            if !uses.contains(&(read.stream, read.chunk)) {
+                uses.push((read.stream, read.chunk));
             }
         }
     }
@@ -479,7 +480,11 @@ mod tests {
         let plan = |lane: u32, chunk: u64, chunk_now: u64, blocks: std::ops::RangeInclusive<u64>| {
             let pace = if lane == 0 { 1000 } else { 2000 };
             let step_milli = chunk_now * pace;
-            cache.plan("obj", blocks, &PlannedRead { lane, chunk, chunk_now, step_milli, milli_per_chunk: pace });
+            cache.plan(
+                "obj",
+                blocks,
+                &PlannedRead { stream: u64::from(lane), chunk, chunk_now, step_milli, milli_per_chunk: pace },
+            );
         };
         let held = |cache: &BlockCache| -> Vec<bool> { (0..5).map(|i| cache.path_of("obj", i).exists()).collect() };
         // Lane 0 reads blocks 0, 1, 2 in its chunk 0 and block 0 again in its chunk 5; lane 1
@@ -504,7 +509,7 @@ mod tests {
         assert_eq!(held(&cache), [true, false, true, false, true]);
         // Under LRU, no plan is kept and none is asked for.
         let lru = BlockCache::new(tmp.path().join("lru"), cap, Eviction::Lru).unwrap();
-        lru.plan("obj", 0..=9, &PlannedRead { lane: 0, chunk: 1, chunk_now: 0, step_milli: 0, milli_per_chunk: 1 });
+        lru.plan("obj", 0..=9, &PlannedRead { stream: 0, chunk: 1, chunk_now: 0, step_milli: 0, milli_per_chunk: 1 });
         assert_eq!((lru.plans_ahead(), lru.plan.lock().unwrap().uses.len()), (0, 0));
     }
 }

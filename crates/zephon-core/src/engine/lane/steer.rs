@@ -72,6 +72,9 @@ pub(crate) struct SteeredUnit {
     /// units back in the order each dataset's inputs were asked for.
     pub(crate) seq: u64,
     pub(crate) ids: Vec<SampleId>,
+    /// The dataset chunks (dataset, chunk) whose first input this unit reads: where each of
+    /// the lane's dataset streams has moved, for the plan of reads ahead.
+    pub(crate) entered: Vec<(u32, u64)>,
 }
 
 /// The read side: which inputs to read before the loop asks for them.
@@ -93,6 +96,8 @@ struct ReadAhead {
     /// The loop waits for an input of this dataset that nobody has asked for yet.
     stalled: Option<usize>,
     planned: Vec<SteeredUnit>,
+    /// Dataset chunks entered since the last unit was planned.
+    entered: Vec<(u32, u64)>,
     /// Scratch: tokens counted per dataset when choosing what to read.
     counted: Vec<u64>,
 }
@@ -123,6 +128,7 @@ impl LaneSteer {
                 units: 0,
                 stalled: None,
                 planned: Vec::new(),
+                entered: Vec::new(),
                 counted: Vec::with_capacity(n),
             },
             state,
@@ -410,7 +416,8 @@ impl LaneRun {
         let mut size = unit_size(r);
         loop {
             if unit.len() >= size {
-                r.planned.push(SteeredUnit { seq: r.units, ids: std::mem::take(&mut unit) });
+                let entered = std::mem::take(&mut r.entered);
+                r.planned.push(SteeredUnit { seq: r.units, ids: std::mem::take(&mut unit), entered });
                 r.units += 1;
                 size = unit_size(r);
             }
@@ -427,7 +434,8 @@ impl LaneRun {
             }
         }
         if !unit.is_empty() {
-            r.planned.push(SteeredUnit { seq: r.units, ids: unit });
+            let entered = std::mem::take(&mut r.entered);
+            r.planned.push(SteeredUnit { seq: r.units, ids: unit, entered });
             r.units += 1;
         }
         Ok(())
@@ -469,6 +477,9 @@ fn next_read(
             return Ok(None);
         };
         if let Some(&id) = usize::try_from(offset).ok().and_then(|i| c.samples.get(i)) {
+            if offset == 0 {
+                r.entered.push((d as u32, k));
+            }
             r.next[d] = (k, offset + 1);
             r.outstanding[d] += 1;
             r.total += 1;
