@@ -107,6 +107,13 @@ start_proxy() { # start_proxy MS: the fault proxy adding MS ms to every request;
     read -r endpoint <&"${PROXY[0]}"
 }
 
+storage_table() { # storage_table NAME [LINE...]: the [storage] table through the proxy, blocks in
+    #                 a folder of their own, then LINEs
+    printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\n' "$endpoint" "$TMP/blocks-$1"
+    shift
+    [[ $# -eq 0 ]] || printf '%s\n' "$@"
+}
+
 stop_proxy() {
     kill "$PROXY_PID" 2>/dev/null || true
     wait "$PROXY_PID" 2>/dev/null || true
@@ -141,8 +148,7 @@ for latency in ${LATENCIES:-0 20 100}; do
         [[ $prefetch == 0 && $latency != 20 ]] && continue
         start_proxy "$latency"
         tag=b$block-l$latency-p$prefetch
-        storage() { printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\nprefetch_requests = %s\nblock_bytes = %s\n' \
-            "$endpoint" "$TMP/blocks-$1" "$prefetch" "$block"; }
+        storage() { storage_table "$1" "prefetch_requests = $prefetch" "block_bytes = $block"; }
         spec "$TMP/$tag.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag")"
         spec "$TMP/$tag-first.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag-first")"
         spec "$TMP/$tag-resume.toml" s3://corpora/a/jsonl s3://corpora/b/parquet "$(storage "$tag-resume")"
@@ -211,8 +217,7 @@ print(f"{'local disk':<24} {r['tokens_per_s']:>10.0f} {1:>9.2f} {r['elapsed_s']:
 PY
 start_proxy 20
 for eviction in next_use lru; do
-    storage() { printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\nblock_bytes = %s\ncache_bytes = %s\neviction = "%s"\n' \
-        "$endpoint" "$TMP/blocks-$1" "$BLOCK" $((A_BYTES / 2)) "$eviction"; }
+    storage() { storage_table "$1" "block_bytes = $BLOCK" "cache_bytes = $((A_BYTES / 2))" "eviction = \"$eviction\""; }
     passes_spec "$TMP/passes-$eviction-warm.toml" s3://corpora/a/jsonl "$(storage "passes-$eviction-warm")"
     passes_spec "$TMP/passes-$eviction.toml" s3://corpora/a/jsonl "$(storage "passes-$eviction")"
     # Indexes and estimates first, into the index cache the measured run uses.
@@ -274,7 +279,7 @@ run vision-local "$TMP/vision-local.toml" --steps "$VISION_STEPS"
 for latency in ${LATENCIES:-0 20 100}; do
     start_proxy "$latency"
     vision_spec "$TMP/vision-l$latency.toml" s3://corpora/images/parquet \
-        "$(printf '[storage]\nendpoint = "%s"\nallow_http = true\npath_style = true\ncache_dir = "%s"\n' "$endpoint" "$TMP/blocks-vision-$latency")"
+        "$(storage_table "vision-$latency")"
     run "vision-l$latency" "$TMP/vision-l$latency.toml" --steps "$VISION_STEPS"
     stop_proxy
 done

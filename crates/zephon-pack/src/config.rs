@@ -110,9 +110,9 @@ pub struct LossWeights {
 }
 
 impl LossWeights {
-    /// Dataset `d`'s part.
-    pub fn of(&self, d: u32) -> DatasetLossWeight {
-        self.datasets.get(d as usize).cloned().unwrap_or_default()
+    /// Dataset `d`'s weight and its records' weight field (weight 1 and none past the list).
+    pub fn of(&self, d: u32) -> (f32, Option<&str>) {
+        self.datasets.get(d as usize).map_or((1.0, None), |w| (w.weight.get(), w.field.as_deref()))
     }
 
     /// The settings in one canonical line: `weight` or `weight*field` a dataset, `;` between.

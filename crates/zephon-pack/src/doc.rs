@@ -38,8 +38,8 @@ pub(crate) fn read_piece(mut record: Record, config: &PackOptions) -> Result<Opt
     let weight = match &config.loss_weights {
         None => 1.0,
         Some(weights) => {
-            let of = weights.of(dataset);
-            let record_weight = match &of.field {
+            let (dataset_weight, field) = weights.of(dataset);
+            let record_weight = match field {
                 None => LossWeight::ONE,
                 Some(f) => {
                     let w = match record.get(f) {
@@ -49,12 +49,12 @@ pub(crate) fn read_piece(mut record: Record, config: &PackOptions) -> Result<Opt
                     };
                     w.ok_or_else(|| PackError::LossWeight {
                         lineage: record_name(&record),
-                        field: f.clone(),
+                        field: f.to_string(),
                         found: record.get(f).map_or_else(|| "nothing".into(), Value::describe),
                     })?
                 }
             };
-            of.weight.get() * record_weight.get()
+            dataset_weight * record_weight.get()
         }
     };
     let tokens = match record.take(field) {

@@ -387,6 +387,16 @@ impl Pipeline {
             .map(|d| d.loss())
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(Error::Build)?;
+        // Only a packer writes loss weights (it refuses them when it does not write the column);
+        // without one they would change nothing.
+        if let Some(d) = loss_weights.iter().position(|w| *w != zephon_operator::DatasetLossWeight::default())
+            && !neighbours.iter().any(|n| n.offer.row_length.is_some())
+        {
+            return Err(Error::Build(format!(
+                "dataset {}: a loss weight is carried by a packer's loss_weights column, and the pipeline has no packer",
+                names[d]
+            )));
+        }
         let mut operators = Operators::new();
         for (i, op) in ops.iter().enumerate() {
             let before: Vec<zephon_core::Neighbour> = neighbours[..i].iter().rev().cloned().collect();

@@ -137,3 +137,20 @@ fn loss_weights_without_the_column_and_bad_record_weights_are_refused() {
     let err = loader.next_step().err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("field `id`") && err.contains("loss weight"), "{err}");
 }
+
+#[test]
+fn a_builder_pipeline_with_loss_weights_and_no_column_to_carry_them_is_refused() {
+    use zephon::{Dataset, Mixture, Pipeline, Tokenize, Tokenizer};
+    let data = zephon_testkit::testdata();
+    let tokenizer = Tokenizer::from_file(&data.join("tokenizers/gpt2/tokenizer.json")).unwrap();
+    let mixture = || Mixture::new().dataset(Dataset::new("a", data.join("corpora/a/jsonl")).loss_weight(0.5));
+    let topology = || zephon::Topology::builder().lanes(2).rows_per_step(2).build().unwrap();
+    let tokenize = || Tokenize::new(tokenizer.clone()).eos("<|endoftext|>").unwrap();
+    // No packer: nothing would carry the weight.
+    let err = Pipeline::new(mixture()).tokenize(tokenize()).build(topology()).err().map(|e| e.to_string());
+    assert!(err.as_deref().is_some_and(|e| e.contains("dataset a") && e.contains("no packer")), "{err:?}");
+    // A packer that does not write the column.
+    let pack = zephon::Pack::new(zephon::PackOptions::new(zephon::Algorithm::Wrap, 64)).unwrap();
+    let err = Pipeline::new(mixture()).tokenize(tokenize()).pack(pack).build(topology()).err().map(|e| e.to_string());
+    assert!(err.as_deref().is_some_and(|e| e.contains("dataset a") && e.contains("loss_weights")), "{err:?}");
+}
