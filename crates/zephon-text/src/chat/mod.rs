@@ -6,6 +6,7 @@
 //! long-conversation policy did, so that the run reports it.
 
 mod messages;
+mod spans;
 mod template;
 
 use std::ops::Range;
@@ -46,6 +47,32 @@ impl LossOn {
     }
 }
 
+/// Which tokens of an assistant message are its turn, under a template without
+/// `{% generation %}` blocks (with them, the blocks say).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum AssistantSpan {
+    /// What the model is asked to generate: where the template renders each conversation up
+    /// to an assistant message as a prefix of the whole, what the message adds after the
+    /// conversation before it with the generation prompt (its content, the end-of-turn token,
+    /// and what the template writes after it, such as a newline or an empty `<think>` block).
+    /// Where it does not (Qwen3, early Llama-3), the content and the end-of-turn token, as
+    /// [`AssistantSpan::Content`].
+    #[default]
+    Generated,
+    /// Under every template, the message's content as the template writes it and the special
+    /// token right after it (the end-of-turn token): nothing the template adds around them.
+    Content,
+}
+
+impl AssistantSpan {
+    fn as_str(self) -> &'static str {
+        match self {
+            AssistantSpan::Generated => "generated",
+            AssistantSpan::Content => "content",
+        }
+    }
+}
+
 /// What a conversation longer than its limit becomes. Whichever it is, it is counted per
 /// dataset and reported ([`chat_counts`]), never applied silently.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -82,10 +109,12 @@ impl LongConversations {
 ///   [`ChatTemplate`]), then tokenized with special tokens in the text read as control tokens
 ///   (the template writes them) and no others added.
 /// - The assistant's tokens: with `{% generation %}` blocks in the template, the tokens those
-///   blocks produced (exactly `return_assistant_tokens_mask`); without, for each assistant
-///   message, what rendering it adds after the conversation before it with the generation
-///   prompt (the template must render each conversation as a prefix of the next; one that
-///   does not is a bad record). A token is marked when its bytes overlap such a span.
+///   blocks produced (exactly `return_assistant_tokens_mask`); without, each assistant
+///   message's span as [`AssistantSpan`] says: what rendering it adds after the conversation
+///   before it with the generation prompt, where the template renders each conversation as a
+///   prefix of the next, else its content and end-of-turn token, found by rendering the
+///   conversation again with that content replaced by a marker. A token is marked when its
+///   bytes overlap such a span.
 /// - A template error is a bad record, with the template's own message.
 /// - Images (vision-language chat, with [`Chat::images`]): the record's images, decoded by the
 ///   image operator before this one, are placed where the template writes their markers (a
@@ -98,6 +127,10 @@ pub struct Chat {
     template: ChatTemplate,
     field: Field,
     loss: LossOn,
+    span: AssistantSpan,
+    /// The tokenizer's special tokens, longest first: the end-of-turn token a content span
+    /// extends over is one of them.
+    end_tokens: Arc<[String]>,
     long: Option<(LongConversations, usize)>,
     roles: Arc<[String]>,
     images: Option<ImagePlaceholders>,
@@ -109,7 +142,17 @@ impl Chat {
     /// Conversations rendered with `template` and tokenized with `tokenizer`, the loss on every
     /// assistant turn, no length limit (a packer after it cuts long ones like documents).
     pub fn new(tokenizer: Tokenizer, template: ChatTemplate) -> Self {
+        let mut end_tokens: Vec<String> = tokenizer
+            .inner()
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content)
+            .collect();
+        end_tokens.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         Chat {
+            span: AssistantSpan::default(),
+            end_tokens: end_tokens.into(),
             tokenizer: tokenizer.allow_special_tokens_in_text(true),
             template,
             field: Field::new("messages"),
@@ -133,6 +176,21 @@ impl Chat {
     pub fn loss_on(mut self, loss: LossOn) -> Self {
         self.loss = loss;
         self
+    }
+
+    /// Which tokens of an assistant message are its turn (see [`AssistantSpan`]); refused
+    /// with a template whose `{% generation %}` blocks say it.
+    pub fn assistant_span(mut self, span: AssistantSpan) -> Result<Self, crate::Error> {
+        if span != AssistantSpan::Generated && self.template.has_generation_blocks() {
+            return Err(crate::Error::Config(format!(
+                "chat: assistant_span = {:?} is for templates without {{% generation %}} blocks, and {} has them \
+                 (they say which tokens are the assistant's)",
+                span.as_str(),
+                self.template.origin()
+            )));
+        }
+        self.span = span;
+        Ok(self)
     }
 
     /// Conversations longer than `max_tokens` become what `policy` says (counted and
@@ -216,23 +274,14 @@ impl Chat {
         Ok((ids, mask, starts))
     }
 
-    /// For each assistant message, the bytes rendering it adds after the conversation before
-    /// it with the generation prompt: what the model is asked to generate there.
+    /// Each assistant message's span in `full`, as [`AssistantSpan`] says.
     fn assistant_spans(&self, parsed: &messages::Parsed, full: &str) -> Result<Vec<Range<usize>>, String> {
-        let mut spans = Vec::new();
-        for &i in &parsed.assistant {
-            let before = self.template.render(&parsed.prefix(i), true)?.text;
-            let through = self.template.render(&parsed.prefix(i + 1), false)?.text;
-            if !through.starts_with(&before) || !full.starts_with(&through) {
-                return Err(format!(
-                    "the chat template does not render the conversation up to message {i} as a prefix of the \
-                     whole (with and without the generation prompt), so the assistant's tokens cannot be found: \
-                     use a template with {{% generation %}} blocks"
-                ));
-            }
-            spans.push(before.len()..through.len());
+        if self.span == AssistantSpan::Generated
+            && let Some(spans) = spans::generated(&self.template, parsed, full)?
+        {
+            return Ok(spans);
         }
-        Ok(spans)
+        spans::content(&self.template, parsed, full, &self.end_tokens)
     }
 
     /// The token index where each message's rendering starts (turn boundaries), where the
@@ -324,12 +373,13 @@ impl Operator for Chat {
         let long = self
             .long
             .map(|(p, n)| Settings::new("long_conversations", 1).set("policy", p.as_str()).set("max_tokens", n));
-        Settings::new("chat", 1)
+        Settings::new("chat", 2)
             .set("tokenizer", self.tokenizer.fingerprint())
             .set("template", self.template.sha256())
             .set("variables", globals)
             .set("field", self.field.as_str())
             .set("loss_on", self.loss.as_str())
+            .set("assistant_span", self.span.as_str())
             .set("long", long)
             .set("roles", self.roles.to_vec())
             .set("images", self.images.as_ref().map(ImagePlaceholders::settings))
@@ -343,10 +393,12 @@ impl Operator for Chat {
             self.field.as_str(),
             self.template.origin(),
             &self.template.sha256()[..12],
-            if self.template.has_generation_blocks() {
-                "assistant tokens from its {% generation %} blocks"
-            } else {
-                "assistant tokens by rendering each turn after the one before"
+            match (self.template.has_generation_blocks(), self.span) {
+                (true, _) => "assistant tokens from its {% generation %} blocks",
+                (false, AssistantSpan::Generated) => {
+                    "assistant tokens: what each turn adds after the one before, else its content and end-of-turn token"
+                }
+                (false, AssistantSpan::Content) => "assistant tokens: each turn's content and end-of-turn token",
             },
             self.loss.as_str(),
             match (self.long, self.limit_from_packer) {

@@ -27,6 +27,8 @@ use crate::tokenizer::Error;
 const OPEN: char = '\u{E000}';
 /// Closes it.
 const CLOSE: char = '\u{E001}';
+/// Stands for an assistant message's content, to find where the template writes it.
+pub(crate) const MARK: char = '\u{E002}';
 const NAME: &str = "chat";
 
 /// A compiled chat template, identified by the SHA-256 of its source.
@@ -205,7 +207,7 @@ impl ChatTemplate {
 
 /// Whether a conversation's text could be taken for the span markers.
 pub(crate) fn holds_markers(s: &str) -> bool {
-    s.contains([OPEN, CLOSE])
+    s.contains([OPEN, CLOSE, MARK])
 }
 
 /// The error as the template author wrote it, with the line it came from.

@@ -1,12 +1,15 @@
 //! Chat conversations against Hugging Face `transformers` 5.25: the token ids and the loss
-//! mask of real conversations (built from the Python documentation) under two real chat
-//! templates, Llama-3.1's and Qwen2.5's, each with `{% generation %}` blocks (TRL's training
+//! mask of real conversations (built from the Python documentation) under real chat
+//! templates: Llama-3.1's and Qwen2.5's, each with `{% generation %}` blocks (TRL's training
 //! versions: the mask is `return_assistant_tokens_mask`) and as the tokenizer ships it (the
-//! mask is each assistant turn's prefix difference, rendered by `transformers`). The reference
-//! is made by scripts/testdata/chat.py when the test data is fetched.
+//! mask is each assistant turn's prefix difference, rendered by `transformers`); and Qwen3's
+//! and early Llama-3's, which do not render a conversation as a prefix of its continuation
+//! (the mask is each assistant message's content, found in `transformers`' rendering, and the
+//! end-of-turn token after it). The reference is made by scripts/testdata/chat.py when the
+//! test data is fetched.
 
 use zephon_core::{Field, Operator, Record, SampleId, Value, columns};
-use zephon_text::{Chat, ChatTemplate, LongConversations, LossOn, Tokenizer};
+use zephon_text::{AssistantSpan, Chat, ChatTemplate, LongConversations, LossOn, Tokenizer};
 
 use super::data;
 
@@ -71,6 +74,97 @@ fn llama3_1_as_shipped_equals_the_prefix_difference_transformers_renders() {
 #[test]
 fn qwen2_5_as_shipped_equals_the_prefix_difference_transformers_renders() {
     equals_reference("qwen2_5-own", "qwen2_5", None);
+}
+
+#[test]
+fn qwen3_as_shipped_equals_transformers() {
+    equals_reference("qwen3-own", "qwen3", None);
+}
+
+#[test]
+fn early_llama3_as_shipped_equals_transformers() {
+    equals_reference("llama3-own", "llama3", None);
+}
+
+/// The runs of marked tokens, decoded with `tokenizer`.
+fn marked_runs(tokenizer: &Tokenizer, ids: &[u32], mask: &[u8]) -> Vec<String> {
+    let mut runs = Vec::new();
+    let mut at = 0;
+    while at < mask.len() {
+        if mask[at] == 0 {
+            at += 1;
+            continue;
+        }
+        let end = mask[at..].iter().position(|&b| b == 0).map_or(mask.len(), |n| at + n);
+        runs.push(tokenizer.inner().decode(&ids[at..end], false).unwrap());
+        at = end;
+    }
+    runs
+}
+
+fn tokenizer(folder: &str) -> Tokenizer {
+    Tokenizer::from_file(&data(&format!("tokenizers/{folder}/tokenizer.json"))).unwrap()
+}
+
+/// The assistant messages' contents (trimmed, as the templates write them) of a conversation.
+fn assistant_contents(conversation: &str) -> Vec<String> {
+    let messages: Vec<serde_json::Value> = serde_json::from_str(conversation).unwrap();
+    messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap().trim().to_string())
+        .collect()
+}
+
+/// Under templates that are not prefix-preserving, a multi-turn conversation's mask covers
+/// exactly each assistant message's content and its end-of-turn token, and a single-turn one
+/// (where the prefix property holds, except under early Llama-3, which writes the generation
+/// prompt unasked) keeps what the model generates after the prompt: under Qwen3 the empty
+/// `<think>` block, the content, `<|im_end|>` and the newline.
+#[test]
+fn without_the_prefix_property_the_mask_is_each_message_content_and_end_of_turn() {
+    let (mut multi, mut single) = (0, 0);
+    for (folder, end) in [("qwen3", "<|im_end|>"), ("llama3", "<|eot_id|>")] {
+        let (chat, tokenizer) = (chat(folder, None), tokenizer(folder));
+        for conversation in conversations().iter().take(200) {
+            let (ids, mask) = chat.encode(conversation).unwrap();
+            let runs = marked_runs(&tokenizer, &ids, &mask);
+            let contents = assistant_contents(conversation);
+            let want: Vec<String> = match (folder, contents.as_slice()) {
+                ("qwen3", [one]) => {
+                    single += 1;
+                    vec![format!("<think>\n\n</think>\n\n{one}{end}\n")]
+                }
+                _ => {
+                    multi += usize::from(contents.len() > 1);
+                    contents.iter().map(|c| format!("{c}{end}")).collect()
+                }
+            };
+            assert_eq!(runs, want, "{folder}: {conversation}");
+        }
+    }
+    assert!(multi > 100 && single > 20, "{multi} multi-turn, {single} single-turn conversations");
+}
+
+/// `assistant_span = content` marks each message's content and end-of-turn token under a
+/// prefix-preserving template too (no newline after `<|im_end|>`), and is refused with
+/// `{% generation %}` blocks, which say what the assistant's tokens are.
+#[test]
+fn content_spans_are_the_content_and_the_end_of_turn_under_any_template() {
+    let generated = chat("qwen2_5", None);
+    let content = chat("qwen2_5", None).assistant_span(AssistantSpan::Content).unwrap();
+    let qwen = tokenizer("qwen2_5");
+    assert_ne!(generated.fingerprint().digest(), content.fingerprint().digest());
+    for conversation in conversations().iter().take(50) {
+        let (ids, mask) = content.encode(conversation).unwrap();
+        let want: Vec<String> = assistant_contents(conversation).iter().map(|c| format!("{c}<|im_end|>")).collect();
+        assert_eq!(marked_runs(&qwen, &ids, &mask), want);
+        let (same_ids, wider) = generated.encode(conversation).unwrap();
+        assert_eq!(same_ids, ids);
+        assert!(mask.iter().zip(&wider).all(|(c, g)| c <= g), "content spans lie inside the generated ones");
+    }
+    let e = chat("qwen2_5", Some("qwen2_5_training.jinja")).assistant_span(AssistantSpan::Content).unwrap_err();
+    assert!(e.to_string().contains("generation"), "{e}");
 }
 
 fn record(messages: &str) -> Record {

@@ -271,7 +271,7 @@ impl Spec {
     /// The `[chat]` operator: its tokenizer and template from files, its settings.
     #[cfg(feature = "text")]
     fn chat_op(&self, c: &ChatSpec) -> Result<zephon_text::Chat> {
-        use zephon_text::{Chat, ChatTemplate, LongConversations, LossOn, Tokenizer};
+        use zephon_text::{AssistantSpan, Chat, ChatTemplate, LongConversations, LossOn, Tokenizer};
         let bad = |m: String| Error::Spec { path: self.file.clone(), message: format!("[chat] {m}") };
         let tokenizer = Tokenizer::from_file(&self.resolve(&c.tokenizer)).map_err(|e| bad(e.to_string()))?;
         let path = self.resolve(&c.template);
@@ -300,7 +300,12 @@ impl Spec {
                 ChatLossOn::AssistantTurns => LossOn::AssistantTurns,
                 ChatLossOn::LastAssistantTurn => LossOn::LastAssistantTurn,
                 ChatLossOn::Everything => LossOn::Everything,
-            });
+            })
+            .assistant_span(match c.assistant_span.unwrap_or(ChatAssistantSpan::Generated) {
+                ChatAssistantSpan::Generated => AssistantSpan::Generated,
+                ChatAssistantSpan::Content => AssistantSpan::Content,
+            })
+            .map_err(|e| bad(e.to_string()))?;
         if let Some(im) = images {
             chat = chat.images(im);
         }

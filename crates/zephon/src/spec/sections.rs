@@ -191,6 +191,9 @@ pub struct ChatSpec {
     pub field: Option<String>,
     /// `assistant_turns` (default), `last_assistant_turn` or `everything`.
     pub loss_on: Option<ChatLossOn>,
+    /// Which tokens of an assistant message are its turn, for templates without
+    /// `{% generation %}` blocks: `generated` (default) or `content`.
+    pub assistant_span: Option<ChatAssistantSpan>,
     /// What a conversation longer than `max_tokens` becomes: `split_at_turns`, `truncate` or
     /// `skip`; counted and reported. Without it, conversations stay whole and a packer cuts
     /// long ones like documents.
@@ -572,6 +575,17 @@ choice! {
         LastAssistantTurn,
         /// Every token.
         Everything
+    }
+}
+
+choice! {
+    /// `[chat] assistant_span`.
+    ChatAssistantSpan {
+        /// What the model generates after the generation prompt, where the template is
+        /// prefix-preserving; else the content and the end-of-turn token.
+        Generated,
+        /// The content and the end-of-turn token.
+        Content
     }
 }
 

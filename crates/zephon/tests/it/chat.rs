@@ -163,6 +163,47 @@ fn chat_settings_that_cannot_work_are_refused() {
     );
     let e = parse(&text).pipeline().err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("[chat]") && e.contains("bad.jinja"), "{e}");
+    // The training template's generation blocks say which tokens are the assistant's.
+    let content = base.replace("[chat]", "[chat]\nassistant_span = \"content\"");
+    let e = parse(&content).pipeline().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("[chat]") && e.contains("assistant_span") && e.contains("generation"), "{e}");
+}
+
+/// Under Qwen3's own template, which does not render a multi-turn conversation as a prefix
+/// of its continuation, every conversation is read (none is a bad record: the run fails on
+/// the first), the rows train on the assistant's tokens, and the steps are the same at every
+/// world size and across a resume.
+#[test]
+fn qwen3s_own_template_reads_every_conversation_with_the_same_steps_everywhere() {
+    let data = zephon_testkit::testdata();
+    let text = chat_spec("jsonl", "")
+        .replace(
+            &data.join("tokenizers/llama3_1/tokenizer.json").display().to_string(),
+            &data.join("tokenizers/qwen3/tokenizer.json").display().to_string(),
+        )
+        .replace(
+            &data.join("chat/templates/llama3_training.jinja").display().to_string(),
+            &data.join("tokenizers/qwen3/tokenizer_config.json").display().to_string(),
+        )
+        .replace("variables = { bos_token = \"<|begin_of_text|>\", eos_token = \"<|eot_id|>\" }\n", "")
+        .replace("pad_id = 128001", "pad_id = 151643");
+    assert!(text.contains("qwen3/tokenizer_config.json") && !text.contains("llama"), "{text}");
+    let spec = parse(&text);
+    let reference = loaders(&spec, 1, 2, None).unwrap().fingerprints(6).unwrap();
+    assert_eq!(loaders(&spec, 4, 1, None).unwrap().fingerprints(6).unwrap(), reference, "W=4");
+    let dir = tmp();
+    let mut two = loaders(&spec, 2, 1, None).unwrap();
+    let mut got = two.fingerprints(3).unwrap();
+    two.checkpoint(dir.path()).unwrap();
+    got.extend(loaders(&spec, 4, 1, Some(dir.path())).unwrap().fingerprints(3).unwrap());
+    assert_eq!(got, reference, "2 -> 4 resume");
+    let masks: Vec<u8> = loaders(&spec, 1, 2, None)
+        .unwrap()
+        .steps_exactly(3, |p| p.iter().flat_map(|s| s.rows()).flat_map(|r| u8s(r.get("loss_mask"))).collect::<Vec<_>>())
+        .unwrap()
+        .concat();
+    let share = masks.iter().filter(|&&m| m == 1).count() as f64 / masks.len() as f64;
+    assert!((0.2..0.9).contains(&share), "{share} of the positions trained");
 }
 
 /// A validation pass over conversations: every conversation once, the same steps at world

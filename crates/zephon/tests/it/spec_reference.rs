@@ -29,6 +29,7 @@ fn spec_keys() -> BTreeSet<(String, String)> {
         ImageLayout,
         JpegDecoder,
         ChatLossOn,
+        ChatAssistantSpan,
         ChatLongConversations,
         EvictionSpec,
         zephon::Exhaustion,
