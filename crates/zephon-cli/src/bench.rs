@@ -219,7 +219,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     resume.extend(thread_args.clone());
     eprintln!("bench: restore from step {} in a fresh process", args.checkpoint_at);
     let b = child(&resume)?;
-    let spec_parsed = zephon::Spec::from_file(&args.spec)?;
+    let spec_parsed = crate::read_spec(&args.spec)?;
     crate::run::warn(&spec_parsed);
     let threads = args.threads.unwrap_or_else(|| spec_parsed.exec().threads);
     let n_threads = threads as f64;

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
+use zephon::Tokenizer;
 use zephon::io::{DatasetOptions, Fields};
 use zephon::lane_core::SampleId;
-use zephon::{Spec, Tokenizer};
 
 use crate::CliError;
 
@@ -21,7 +21,7 @@ pub struct CheckTokenizerArgs {
 }
 
 pub fn check_tokenizer(args: &CheckTokenizerArgs) -> Result<(), CliError> {
-    let spec = Spec::from_file(&args.spec)?;
+    let spec = crate::read_spec(&args.spec)?;
     let t = spec.tokenize.as_ref().ok_or_else(|| CliError::Usage("the spec has no [tokenize] section".into()))?;
     let tokenizer = Tokenizer::from_file(&spec.resolve(&t.tokenizer))
         .map_err(zephon::Error::from)?

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use zephon::Value;
 use zephon::operator::columns;
-use zephon::{Spec, Value};
 
 use crate::CliError;
 use crate::run::resolve_checkpoint;
@@ -17,7 +17,7 @@ pub struct InspectArgs {
 }
 
 pub fn inspect(args: &InspectArgs) -> Result<(), CliError> {
-    let spec = Spec::from_file(&args.spec)?;
+    let spec = crate::read_spec(&args.spec)?;
     let topology = spec.topology(1, 0)?;
     let mut exec = spec.exec();
     if let Some(t) = args.threads {

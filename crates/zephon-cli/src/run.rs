@@ -194,7 +194,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 
 pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     let start = Instant::now();
-    let spec = Spec::from_file(&args.spec)?;
+    let spec = crate::read_spec(&args.spec)?;
     warn(&spec);
     let topology = topology(&spec, args.world_size, args.rank)?;
     // A microbatch size that cannot cut some step of the schedule is refused now, naming the

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use zephon::Spec;
 use zephon::lane_core::HashLogLine;
 
 use crate::CliError;
@@ -43,7 +42,7 @@ pub struct ValidateReport {
 }
 
 pub fn validate(args: &ValidateArgs) -> Result<ValidateReport, CliError> {
-    let spec = Spec::from_file(&args.spec)?;
+    let spec = crate::read_spec(&args.spec)?;
     let validation = spec
         .validation()?
         .ok_or_else(|| CliError::Usage(format!("{} has no [validation] table", args.spec.display())))?;

@@ -6,7 +6,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use zephon::Spec;
 use zephon::lane_core::{Digest, HashLog};
 
 use crate::CliError;
@@ -115,7 +114,7 @@ fn compare(reference: &Steps, got: &Steps, want: std::ops::Range<u64>) -> Option
 }
 
 pub fn verify(args: &VerifyArgs) -> Result<(), CliError> {
-    let spec = Spec::from_file(&args.spec)?;
+    let spec = crate::read_spec(&args.spec)?;
     for &w in args.world_sizes.iter().chain(&args.resume_world_sizes) {
         spec.topology(w, 0)?;
     }

@@ -15,7 +15,9 @@
 //!
 //! What this crate is not: it has no executor, lanes, topology, checkpoint files or sources
 //! (`zephon-core`, the engine), reads no file formats and tokenizes nothing. It depends only on
-//! `serde`, `sha2`, `hex`, `half` and `thiserror`, so an operator crate builds in seconds.
+//! `serde`, `serde_json`, `sha2`, `hex`, `half` and `thiserror`, so an operator crate builds in
+//! seconds. A [`Section`] makes an operator usable from spec files: its table's name, its
+//! [`Stage`] and a factory from the table to the operator.
 //!
 //! ```
 //! use zephon_operator::*;
@@ -54,6 +56,7 @@ mod lineage;
 mod operator;
 mod record;
 pub mod rng;
+mod section;
 mod settings;
 pub mod testing;
 
@@ -69,4 +72,5 @@ pub use lineage::{Extent, Fragment, Lineage, Span};
 pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput};
 pub use record::{Attachment, Field, Record, Value, safe_cut, slice_attachments};
 pub use rng::{Permutation, Rng, RngKey};
+pub use section::{Section, SectionContext, SectionTable, Stage};
 pub use settings::{SETTINGS_VERSION, Settings, SettingsValue};

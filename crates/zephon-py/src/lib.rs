@@ -16,6 +16,7 @@
 mod arrays;
 mod errors;
 mod loader;
+mod sections;
 mod state;
 mod step;
 mod validation;

@@ -70,14 +70,15 @@ impl Inner {
 
 pub(crate) fn parse_spec(py: Python<'_>, spec: &Bound<'_, PyAny>, base_dir: Option<PathBuf>) -> PyResult<Spec> {
     let here = || base_dir.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+    let sections = crate::sections::sections().map_err(PyZephonError::from)?;
     if spec.is_instance_of::<PyDict>() {
         let json: String = py.import("json")?.call_method1("dumps", (spec,))?.extract()?;
-        return Ok(Spec::from_json(&json, "<dict>", &here()).map_err(PyZephonError::from)?);
+        return Ok(Spec::from_json_with(&json, "<dict>", &here(), &sections).map_err(PyZephonError::from)?);
     }
     let path: Option<PathBuf> = if spec.is_instance_of::<PyString>() {
         let s: String = spec.extract()?;
         if s.contains('\n') || s.contains('=') {
-            return Ok(Spec::parse(&s, "<string>", &here()).map_err(PyZephonError::from)?);
+            return Ok(Spec::parse_with(&s, "<string>", &here(), &sections).map_err(PyZephonError::from)?);
         }
         Some(PathBuf::from(s))
     } else {
@@ -85,7 +86,7 @@ pub(crate) fn parse_spec(py: Python<'_>, spec: &Bound<'_, PyAny>, base_dir: Opti
     };
     match path {
         Some(p) if p.exists() => {
-            let parsed = Spec::from_file(&p).map_err(PyZephonError::from)?;
+            let parsed = Spec::from_file_with(&p, &sections).map_err(PyZephonError::from)?;
             Ok(match base_dir {
                 Some(b) => Spec { base_dir: b, ..parsed },
                 None => parsed,

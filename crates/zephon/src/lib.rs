@@ -47,7 +47,7 @@ pub use loader::{DataReport, DatasetReport, Loader};
 pub use memory::MemoryBound;
 pub use mixture::{Amount, Dataset, Mixture, SHARE_SUM_TOLERANCE};
 pub use pipeline::{Pipeline, ROW_TOKENS_BY_DEFAULT};
-pub use spec::Spec;
+pub use spec::{Sections, Spec};
 pub use validation::{Validation, ValidationLoader};
 
 // The crates are inlined as modules so that their docs are part of this crate's (links to

@@ -2,12 +2,17 @@
 //! document into sentences (its stateless part) and an accumulator joins sentences into rows
 //! of at least `min_bytes` bytes (ordered, per lane).
 //!
+//! [`SentencesSection`] makes it a spec table, `[sentences]` with `min_bytes`: a `zephon`
+//! command built with it (`examples/sentences-cli`, three lines) runs specs that use it.
+//!
 //! `tests/contract.rs` proves it with `zephon_operator::testing::check_operator` (the
 //! contract, no engine) and, through the engine, with `zephon_core::testing::check_in_engine`
 //! (every global step the same at every world size, thread count and resume). Run
 //! `cargo test -p zephon-sentences`.
 
 #![deny(missing_docs)]
+
+use std::sync::Arc;
 
 use zephon_operator::*;
 
@@ -83,5 +88,34 @@ impl Accumulator for JoinRows {
         let parts =
             lineage.fragments().iter().map(|f| input.exact(&Lineage::single(*f))).collect::<Result<Vec<_>, _>>()?;
         Ok(join(&parts))
+    }
+}
+
+/// The `[sentences]` table of a spec: `min_bytes` (at least 1), nothing else.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SentencesTable {
+    min_bytes: usize,
+}
+
+/// `[sentences]` in a spec: [`Sentences`] on the records as read (before any tokenization).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SentencesSection;
+
+impl Section for SentencesSection {
+    fn name(&self) -> &str {
+        "sentences"
+    }
+
+    fn stage(&self) -> Stage {
+        Stage::Records
+    }
+
+    fn build(&self, table: &SectionTable, _: &SectionContext) -> Result<Arc<dyn Operator>, String> {
+        let t: SentencesTable = table.parse()?;
+        if t.min_bytes == 0 {
+            return Err("min_bytes must be at least 1".into());
+        }
+        Ok(Arc::new(Sentences { min_bytes: t.min_bytes }))
     }
 }

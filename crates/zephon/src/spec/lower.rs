@@ -3,6 +3,7 @@
 use zephon_core::Tail;
 use zephon_io::Fields;
 use zephon_mix::{EnsureMixture, EstimateOptions, Exhaustion, Order, RowOrder, Shuffle};
+use zephon_operator::Stage;
 use zephon_pack::{Algorithm, EndOfData, LongerThanRow, Pack, PackOptions};
 
 use super::*;
@@ -35,6 +36,16 @@ impl Spec {
             && c.long_conversations == Some(ChatLongConversations::SplitAtTurns)
         {
             c.long_conversations = Some(ChatLongConversations::Truncate);
+        }
+        if let Some(r) = spec.registered.iter().find(|r| r.stage() == Stage::Rows) {
+            return Err(Error::Spec {
+                path: self.file.clone(),
+                message: format!(
+                    "[validation] packs its rows itself and [{}] works on packed rows: a validation pass with a \
+                     section at the rows stage is not supported",
+                    r.name()
+                ),
+            });
         }
         let pack = spec
             .pack_op()?
@@ -157,6 +168,7 @@ impl Spec {
                 return Err(Error::Build("this build has no `vision` feature: [images] is unavailable".into()));
             }
         }
+        p = self.registered_ops(Stage::Records, p)?;
         if let Some(pt) = &self.pretokenized {
             #[cfg(feature = "text")]
             {
@@ -198,6 +210,7 @@ impl Spec {
                 return Err(Error::Build("this build has no `text` feature: [tokenize] is unavailable".into()));
             }
         }
+        p = self.registered_ops(Stage::Tokens, p)?;
         if let Some(e) = &self.ensure_mixture {
             let slack = e.slack_tokens.unwrap_or(4096);
             let mut ensure = EnsureMixture::slack_tokens(slack);
@@ -212,10 +225,20 @@ impl Spec {
         if let Some(pack) = self.pack_op()? {
             p = p.pack(pack);
         }
+        p = self.registered_ops(Stage::Rows, p)?;
         if let Some(s) = &self.shuffle {
             let buffer = s.per_lane(self.lanes).map_err(bad)?;
             let shuffle = Shuffle::buffer(buffer)?;
             p = p.shuffle(if s.warm_up { shuffle.warm_up() } else { shuffle });
+        }
+        Ok(p)
+    }
+
+    /// `p` followed by the operators of the registered sections at `stage`.
+    fn registered_ops(&self, stage: Stage, mut p: Pipeline) -> Result<Pipeline> {
+        let context = self.section_context();
+        for r in self.registered.iter().filter(|r| r.stage() == stage) {
+            p = p.then(r.build(&context)?);
         }
         Ok(p)
     }

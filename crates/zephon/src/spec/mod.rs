@@ -2,8 +2,9 @@
 //!
 //! Every table refuses unknown keys: a typo is an error naming the key and line, never a
 //! silently ignored setting. Relative paths are relative to the spec file; `~` is the home
-//! directory. The operators run in a fixed order: images, tokenize (or pretokenized),
-//! ensure_mixture, pack, shuffle.
+//! directory. The operators run in a fixed order: images, tokenize (or chat, or
+//! pretokenized), ensure_mixture, pack, shuffle. Tables of sections registered with
+//! [`Sections`] (operators from other crates) join them at their stage.
 //!
 //! ```toml
 //! seed = 1234
@@ -53,8 +54,10 @@ use zephon_core::{ExecOptions, Place, RowsPerStep, Topology};
 use crate::error::{Error, Result};
 
 mod lower;
+mod registry;
 mod sections;
 
+pub use registry::{Registered, Sections};
 pub use sections::*;
 
 /// A parsed spec file.
@@ -100,6 +103,9 @@ pub struct Spec {
     /// Execution and policies.
     #[serde(default)]
     pub run: RunSection,
+    /// The tables of registered sections ([`Sections`]), in registration order.
+    #[serde(skip)]
+    pub registered: Vec<Registered>,
     /// The directory relative paths are resolved against (the spec file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -111,10 +117,15 @@ pub struct Spec {
 impl Spec {
     /// Reads and parses a spec file.
     pub fn from_file(path: &Path) -> Result<Spec> {
+        Spec::from_file_with(path, &Sections::new())
+    }
+
+    /// Reads and parses a spec file whose tables may name `sections`.
+    pub fn from_file_with(path: &Path, sections: &Sections) -> Result<Spec> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Spec { path: path.display().to_string(), message: e.to_string() })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Spec::parse(&text, &path.display().to_string(), &base)
+        Spec::parse_with(&text, &path.display().to_string(), &base, sections)
     }
 
     /// Settings that are valid but combine to change data in a way a user may not expect,
@@ -145,17 +156,61 @@ impl Spec {
 
     /// Parses spec text; `name` labels errors and `base_dir` anchors relative paths.
     pub fn parse(text: &str, name: &str, base_dir: &Path) -> Result<Spec> {
-        let spec: Spec =
-            toml::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
-        spec.checked(name, base_dir)
+        Spec::parse_with(text, name, base_dir, &Sections::new())
+    }
+
+    /// Parses spec text whose tables may name `sections` (see [`Spec::parse`]).
+    pub fn parse_with(text: &str, name: &str, base_dir: &Path, sections: &Sections) -> Result<Spec> {
+        let top = || toml::from_str::<toml::Table>(text).map(|t| t.keys().cloned().collect()).unwrap_or_default();
+        let bad = |e: &dyn std::fmt::Display| Error::Spec {
+            path: name.to_string(),
+            message: unknown_hint(e, sections, top()),
+        };
+        let mut spec: Spec = if sections.is_empty() {
+            // Straight from the text: errors keep their line numbers.
+            toml::from_str(text).map_err(|e| bad(&e))?
+        } else {
+            let mut table: toml::Table = toml::from_str(text).map_err(|e| bad(&e))?;
+            let mut failed = None;
+            let registered = sections.take(|n| {
+                let v = table.remove(n)?;
+                serde_json::to_value(v).map_err(|e| failed = Some(format!("[{n}] {e}"))).ok()
+            });
+            if let Some(m) = failed {
+                return Err(Error::Spec { path: name.to_string(), message: m });
+            }
+            let mut spec: Spec = toml::Value::Table(table).try_into().map_err(|e| bad(&e))?;
+            spec.registered = registered;
+            spec
+        };
+        spec = spec.checked(name, base_dir)?;
+        Ok(spec)
     }
 
     /// Parses the same keys given as JSON (what a program that holds the spec as a dictionary
     /// has at hand, the Python binding among them); `name` labels errors and `base_dir`
     /// anchors relative paths.
     pub fn from_json(text: &str, name: &str, base_dir: &Path) -> Result<Spec> {
-        let spec: Spec =
-            serde_json::from_str(text).map_err(|e| Error::Spec { path: name.to_string(), message: e.to_string() })?;
+        Spec::from_json_with(text, name, base_dir, &Sections::new())
+    }
+
+    /// As [`Spec::from_json`], with tables that may name `sections`.
+    pub fn from_json_with(text: &str, name: &str, base_dir: &Path, sections: &Sections) -> Result<Spec> {
+        let top = || match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
+        };
+        let bad = |e: &dyn std::fmt::Display| Error::Spec {
+            path: name.to_string(),
+            message: unknown_hint(e, sections, top()),
+        };
+        let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(&e))?;
+        let registered = match value.as_object_mut() {
+            Some(top) => sections.take(|n| top.remove(n)),
+            None => Vec::new(),
+        };
+        let mut spec: Spec = serde_json::from_value(value).map_err(|e| bad(&e))?;
+        spec.registered = registered;
         spec.checked(name, base_dir)
     }
 
@@ -308,6 +363,11 @@ impl Spec {
         Ok(())
     }
 
+    /// The context a registered section's factory gets.
+    pub fn section_context(&self) -> zephon_operator::SectionContext {
+        zephon_operator::SectionContext::new(&self.file, &self.base_dir, self.seed, self.lanes)
+    }
+
     /// G(step): the top-level `rows_per_step`, or `[schedule] rows_per_step` or `ramp`.
     pub fn rows_per_step(&self) -> std::result::Result<RowsPerStep, String> {
         let scheduled = match &self.schedule {
@@ -394,5 +454,21 @@ impl Spec {
         e.prefetch_steps = self.run.prefetch_steps;
         e.unit_samples = self.run.unit_samples;
         e
+    }
+}
+
+/// A parse error, with the registered sections named when a top-level table (one of `top`) is
+/// unknown: the error then lists the built-in tables (serde's "expected one of") and these.
+fn unknown_hint(e: &dyn std::fmt::Display, sections: &Sections, top: Vec<String>) -> String {
+    let message = e.to_string();
+    let unknown = message.split("unknown field `").nth(1).and_then(|rest| rest.split('`').next());
+    match unknown {
+        Some(key) if top.iter().any(|k| k == key) && !registry::BUILT_IN.contains(&key) => {
+            format!(
+                "{message}\n[{key}] is no built-in table, and the sections registered in this build are: {}",
+                sections.listed()
+            )
+        }
+        _ => message,
     }
 }

@@ -13,6 +13,7 @@ mod many_sources;
 mod per_token;
 mod pretokenized;
 mod remote;
+mod sections;
 mod shares;
 mod spec;
 mod spec_reference;

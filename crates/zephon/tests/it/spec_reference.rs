@@ -121,6 +121,10 @@ fn the_spec_reference_lists_every_key_of_the_spec_and_no_other() {
     assert!(undocumented.is_empty(), "keys of zephon::spec missing from the spec reference: {}", show(&undocumented));
     assert!(unknown.is_empty(), "keys in the spec reference that zephon::spec does not accept: {}", show(&unknown));
     assert!(spec.len() > 40, "the trace found only {} keys", spec.len());
+    // The names no registered section may take are exactly the spec's own top-level keys.
+    let top: BTreeSet<&str> = spec.iter().filter(|(t, _)| t.is_empty()).map(|(_, k)| k.as_str()).collect();
+    let reserved: BTreeSet<&str> = zephon::Sections::built_in_tables().iter().copied().collect();
+    assert_eq!(top, reserved);
 }
 
 #[test]
