@@ -102,7 +102,10 @@ fn main() -> Res<()> {
     for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
         if std::env::var_os(var).is_none() {
             // SAFETY: no other thread exists yet, so nothing reads the environment concurrently.
-            unsafe { std::env::set_var(var, args.threads.to_string()) };
+            #[allow(unsafe_code)]
+            unsafe {
+                std::env::set_var(var, args.threads.to_string())
+            };
         }
     }
     let data = std::env::var_os("ZEPHON_TESTDATA")

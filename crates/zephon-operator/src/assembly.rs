@@ -49,6 +49,9 @@ pub enum Holding {
     /// Records: rows of the pipeline's row length after a packer (a shuffle buffer), records as
     /// they come (documents, pieces) before one.
     Records(u64),
+    /// Nothing: it passes each record on as it comes, one for one and in order (an
+    /// accumulator that only counts), so it neither holds nor reorders nor merges records.
+    Nothing,
 }
 
 impl Offer {

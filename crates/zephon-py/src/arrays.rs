@@ -6,6 +6,10 @@
 //! buffer still shared with other Rust values (a batch of one row keeps its row's buffer) is
 //! lent read-only. `torch.from_numpy` and DLPack take either without a copy.
 
+// Lending Rust buffers to numpy without a copy needs raw pointers: every unsafe block here
+// says what makes it sound.
+#![allow(unsafe_code)]
+
 use std::cell::UnsafeCell;
 
 use numpy::ndarray::{ArrayViewD, IxDyn};

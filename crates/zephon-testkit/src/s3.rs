@@ -62,6 +62,7 @@ impl S3Server {
     }
 
     /// Sets [`S3Server::env`] in this process.
+    #[allow(unsafe_code)]
     pub fn set_env(&self) {
         for (k, v) in self.env() {
             // SAFETY: tests set the same values before any thread reads them.

@@ -52,5 +52,5 @@ mod vocab_table;
 pub use chat::{AssistantSpan, Chat, ChatTemplate, LongConversations, LossOn, Rendered, chat_counts};
 pub use placeholders::ImagePlaceholders;
 pub use pretokenized::PreTokenized;
-pub use tokenize::{LongDocuments, Tokenize};
+pub use tokenize::{LongCut, LongDocuments, Tokenize};
 pub use tokenizer::{CheckReport, Error, Mismatch, Tokenizer};

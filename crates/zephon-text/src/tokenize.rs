@@ -31,10 +31,34 @@ pub enum LongDocuments {
     },
 }
 
+/// How tokenize cuts a long document at a limit it may take from the packer after it (see
+/// [`Tokenize::long_documents_by_packer`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LongCut {
+    /// Into pieces of at most the limit.
+    Split,
+    /// To its first tokens, up to the limit.
+    Truncate,
+}
+
+/// A long-document policy still to be settled by the packer after tokenize: the limit
+/// (`None`: the packer's row length) and the cut (`None`: split, or truncate where the packer
+/// truncates).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct ByPacker {
+    max_tokens: Option<usize>,
+    cut: Option<LongCut>,
+}
+
 /// Tokenizes a text field into a `tokens` field (`Seq` of `u32`), adding BOS/EOS if set.
 ///
 /// Each dataset may name its text field differently ([`Tokenize::dataset_fields`]); the text
 /// field is removed (its bytes are no longer needed downstream); other fields stay.
+///
+/// Long documents: by default, split into pieces of the row length of the packer after it
+/// (truncated to it where the packer truncates), kept whole without a packer; the pipeline
+/// settles this when it is assembled, so the builder and a spec make the same run.
+/// [`Tokenize::long_documents`] sets a policy of its own.
 #[derive(Clone, Debug)]
 pub struct Tokenize {
     tokenizer: Tokenizer,
@@ -44,11 +68,14 @@ pub struct Tokenize {
     bos: Option<(String, u32)>,
     eos: Option<(String, u32)>,
     long: LongDocuments,
+    /// Set until the packer after it settles `long`.
+    by_packer: Option<ByPacker>,
     images: Option<ImagePlaceholders>,
 }
 
 impl Tokenize {
-    /// Tokenizes field `text` into field `tokens`, no special tokens, long documents kept.
+    /// Tokenizes field `text` into field `tokens`, no special tokens, long documents cut at
+    /// the row length of the packer after it (kept whole without one).
     pub fn new(tokenizer: Tokenizer) -> Self {
         Tokenize {
             tokenizer,
@@ -58,6 +85,7 @@ impl Tokenize {
             bos: None,
             eos: None,
             long: LongDocuments::Keep,
+            by_packer: Some(ByPacker { max_tokens: None, cut: None }),
             images: None,
         }
     }
@@ -101,13 +129,56 @@ impl Tokenize {
         self
     }
 
-    /// Sets the long-document policy.
+    /// Sets the long-document policy (whatever the packer after it does).
     pub fn long_documents(mut self, policy: LongDocuments) -> Result<Self, Error> {
         if matches!(policy, LongDocuments::Split { max_tokens: 0 } | LongDocuments::Truncate { max_tokens: 0 }) {
             return Err(Error::Config("max_tokens must be at least 1".into()));
         }
         self.long = policy;
+        self.by_packer = None;
         Ok(self)
+    }
+
+    /// Cuts long documents at `max_tokens`, or at the row length of the packer after it
+    /// (`None`), as `cut` says, or (`None`) split, truncated where the packer truncates. A
+    /// split into pieces that each fit a truncating packer's row is refused when the pipeline
+    /// is assembled (the packer would cut nothing), as is a `cut` with no limit and no packer.
+    pub fn long_documents_by_packer(mut self, cut: Option<LongCut>, max_tokens: Option<usize>) -> Result<Self, Error> {
+        if max_tokens == Some(0) {
+            return Err(Error::Config("max_tokens must be at least 1".into()));
+        }
+        self.long = LongDocuments::Keep;
+        self.by_packer = Some(ByPacker { max_tokens, cut });
+        Ok(self)
+    }
+
+    /// This operator with its long-document policy settled by the packer after it:
+    /// `packer` is that packer's row length and whether it truncates long documents.
+    pub fn settled(&self, packer: Option<(usize, bool)>) -> Result<Tokenize, Error> {
+        let Some(ByPacker { max_tokens, cut }) = self.by_packer else { return Ok(self.clone()) };
+        let limit = max_tokens.or(packer.map(|(row, _)| row));
+        let truncating_packer = packer.filter(|(_, truncates)| *truncates).map(|(row, _)| row);
+        let long = match (cut, limit) {
+            (None, None) => LongDocuments::Keep,
+            (Some(_), None) => {
+                return Err(Error::Config(
+                    "tokenize cuts long documents at max_tokens or at the row length of a packer after it, and \
+                     there is neither"
+                        .into(),
+                ));
+            }
+            (None, Some(m)) if truncating_packer.is_some() => LongDocuments::Truncate { max_tokens: m },
+            (Some(LongCut::Split), Some(m)) if truncating_packer.is_some_and(|row| m <= row) => {
+                return Err(Error::Config(format!(
+                    "the packer truncates long documents and would cut nothing: tokenize splits them into pieces of \
+                     {m} tokens first, and each fits a row; to keep only the start of long documents, truncate in \
+                     tokenize too ([tokenize] long_documents = \"truncate\", LongDocuments::Truncate)"
+                )));
+            }
+            (None | Some(LongCut::Split), Some(m)) => LongDocuments::Split { max_tokens: m },
+            (Some(LongCut::Truncate), Some(m)) => LongDocuments::Truncate { max_tokens: m },
+        };
+        Ok(Tokenize { long, by_packer: None, ..self.clone() })
     }
 
     /// The tokenizer.
@@ -152,11 +223,15 @@ impl Operator for Tokenize {
                 "{name} (decoding {kind}) must come before tokenize: tokenize places each image by its token count"
             )));
         }
-        if !self.dataset_fields.is_empty() || plan.text_fields.is_empty() {
-            return Ok(None);
+        let packer = plan.after(|o| o.row_length).map(|(_, row)| (row, plan.after(|o| o.truncates_to).is_some()));
+        let settled = self.by_packer.is_some();
+        let mut op = self.settled(packer).map_err(|e| OpError::Fatal(e.to_string()))?;
+        let fields = self.dataset_fields.is_empty() && !plan.text_fields.is_empty();
+        if fields {
+            let names: Vec<&str> = plan.text_fields.iter().map(String::as_str).collect();
+            op = op.dataset_fields(&names);
         }
-        let fields: Vec<&str> = plan.text_fields.iter().map(String::as_str).collect();
-        Ok(Some(std::sync::Arc::new(self.clone().dataset_fields(&fields))))
+        Ok((settled || fields).then(|| std::sync::Arc::new(op) as std::sync::Arc<dyn Operator>))
     }
 
     fn fingerprint(&self) -> Settings {
@@ -170,6 +245,14 @@ impl Operator for Tokenize {
         };
         let images = self.images.as_ref().map(ImagePlaceholders::settings);
         let dataset_fields: Vec<&str> = self.dataset_fields.iter().map(Field::as_str).collect();
+        // Unsettled (never part of a run: the pipeline settles it) it says so.
+        let long = match self.by_packer {
+            Some(b) => Settings::new("by_packer", 1)
+                .set("max_tokens", b.max_tokens)
+                .set("cut", b.cut.map(|c| if c == LongCut::Split { "split" } else { "truncate" }))
+                .into(),
+            None => long,
+        };
         Settings::new("tokenize", 1)
             .set("tokenizer", self.tokenizer.fingerprint())
             .set("field", self.field.as_str())
@@ -185,7 +268,7 @@ impl Operator for Tokenize {
         let special =
             |s: &Option<(String, u32)>| s.as_ref().map_or("none".to_string(), |(t, id)| format!("{t} ({id})"));
         format!(
-            "{} (sha256 {}…, {}), field {} → {:?}, BOS {}, EOS {}, long documents {:?}",
+            "{} (sha256 {}…, {}), field {} → {:?}, BOS {}, EOS {}, long documents {}",
             self.tokenizer.source(),
             &self.tokenizer.sha256()[..12],
             self.tokenizer.engine(),
@@ -197,7 +280,10 @@ impl Operator for Tokenize {
             self.output.as_str(),
             special(&self.bos),
             special(&self.eos),
-            self.long
+            match self.by_packer {
+                Some(b) => format!("{b:?}"),
+                None => format!("{:?}", self.long),
+            }
         ) + &self.images.as_ref().map(|im| format!(", {}", im.describe())).unwrap_or_default()
             + &self.tokenizer.load_notes().iter().map(|n| format!("; {n}")).collect::<String>()
     }

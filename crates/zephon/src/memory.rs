@@ -54,6 +54,7 @@ impl MemoryBound {
                     bound.buffers.push((op.name().to_string(), n.saturating_mul(row_length)));
                 }
                 Some(Holding::Records(n)) => bound.buffered_records += n,
+                Some(Holding::Nothing) => {}
                 None => bound.unstated.push(op.name().to_string()),
             }
         }

@@ -209,7 +209,13 @@ impl Pipeline {
     /// `shuffle`, when given, goes after the packer), and its records must each make one piece
     /// (tokenize and chat truncate, not split).
     pub fn validation(mut self, pack: &Pack, shuffle: Option<Shuffle>) -> Result<crate::Validation> {
-        if let Some(op) = self.stages.iter().find(|op| op.kind().accumulates() && op.name() != "chat") {
+        // An accumulator that passes every record on as it comes (one that only counts) keeps
+        // one record a row; any other may hold, reorder or merge records.
+        if let Some(op) = self
+            .stages
+            .iter()
+            .find(|op| op.kind().accumulates() && op.offer().holds != Some(zephon_operator::Holding::Nothing))
+        {
             return Err(Error::Build(format!(
                 "a validation pass reads each record into one row: it adds its own one-per-row packer, and {} would \
                  reorder or merge records",
@@ -428,6 +434,13 @@ impl Pipeline {
         #[cfg(feature = "text")]
         {
             if let Some(t) = &self.tokenize {
+                // As the run will have it: its long documents settled by the packer after it.
+                let packer = self
+                    .stages
+                    .iter()
+                    .map(|op| op.offer())
+                    .find_map(|o| Some((o.row_length?, o.truncates_to.is_some())));
+                let t = t.settled(packer).map_err(|e| Error::Build(e.to_string()))?;
                 let tokenizer = t.tokenizer().clone();
                 let by = ("tokenizer", tokenizer.sha256().to_string());
                 let count = move |s: &str| tokenizer.count(s).map_err(|e| e.to_string());

@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use zephon_operator::{
-    Accumulator, AccumulatorState, Assembly, Field, Fragment, LaneContext, Lineage, Offer, OpError, Operator,
+    Accumulator, AccumulatorState, Assembly, Field, Fragment, Holding, LaneContext, Lineage, Offer, OpError, Operator,
     OperatorKind, Record, Settings, Span, TokenCounter, Value, columns,
 };
 
@@ -325,7 +325,8 @@ impl Operator for Chat {
     /// Its vocabulary, its truncation, and (without images, whose placeholder counts are
     /// known only once decoded) a count of the tokens it delivers for a conversation.
     fn offer(&self) -> Offer {
-        let mut offer = Offer::none().with_vocab_size(self.tokenizer.vocab_size());
+        // Its accumulator only counts: every record passes on as it comes.
+        let mut offer = Offer::none().with_vocab_size(self.tokenizer.vocab_size()).with_holding(Holding::Nothing);
         if let Some((LongConversations::Truncate, n)) = self.long {
             offer = offer.with_truncation(n as u64);
         }

@@ -156,7 +156,6 @@ impl Spec {
         let (bad_records, tail) = (self.run.bad_records, self.run.tail);
         let mut p = Pipeline::new(mixture).seed(self.seed).bad_records(bad_records).tail(tail).exec(self.exec());
 
-        let seq_len = self.pack.as_ref().map(|p| p.seq_len);
         if let Some(im) = &self.images {
             #[cfg(feature = "vision")]
             {
@@ -202,11 +201,11 @@ impl Spec {
         if let Some(t) = &self.tokenize {
             #[cfg(feature = "text")]
             {
-                p = p.tokenize(self.tokenize_op(t, seq_len)?);
+                p = p.tokenize(self.tokenize_op(t)?);
             }
             #[cfg(not(feature = "text"))]
             {
-                let _ = (t, seq_len);
+                let _ = t;
                 return Err(Error::Build("this build has no `text` feature: [tokenize] is unavailable".into()));
             }
         }
@@ -472,8 +471,8 @@ impl Spec {
     }
 
     #[cfg(feature = "text")]
-    fn tokenize_op(&self, t: &TokenizeSpec, seq_len: Option<usize>) -> Result<zephon_text::Tokenize> {
-        use zephon_text::{LongDocuments, Tokenize, Tokenizer};
+    fn tokenize_op(&self, t: &TokenizeSpec) -> Result<zephon_text::Tokenize> {
+        use zephon_text::{LongCut, LongDocuments, Tokenize, Tokenizer};
         let tokenizer = Tokenizer::from_file(&self.resolve(&t.tokenizer))?;
         // Each dataset's own `text_field` is set by the pipeline when it opens the datasets.
         let tokenizer = tokenizer.allow_special_tokens_in_text(t.special_tokens_in_text);
@@ -487,33 +486,16 @@ impl Spec {
         if let Some(e) = &t.eos {
             op = op.eos(e)?;
         }
-        let max = t.max_tokens.or(seq_len);
-        // A packer that truncates only sees what tokenize passes on: split pieces fit a row and
-        // would never be cut, so by default tokenize truncates too.
-        let pack_truncates = self.pack.as_ref().is_some_and(|p| p.long_documents == Some(PackLongDocuments::Truncate));
-        let split = Some(TokenizeLongDocuments::Split);
-        let policy = match (t.long_documents, max) {
-            (None, Some(m)) if pack_truncates => LongDocuments::Truncate { max_tokens: m },
-            (s, Some(m)) if s == split && pack_truncates && seq_len.is_some_and(|s| m <= s) => {
-                return Err(Error::Spec {
-                    path: self.file.clone(),
-                    message: format!(
-                        "[pack] long_documents = \"truncate\" would cut nothing: [tokenize] long_documents = \"split\" \
-                         cuts documents into pieces of {m} tokens first, and each fits a row; to keep only the start \
-                         of long documents, set [tokenize] long_documents = \"truncate\""
-                    ),
-                });
+        // The row length and a truncating packer reach tokenize when the pipeline is
+        // assembled, as they do for a builder's Tokenize.
+        let op = match t.long_documents {
+            Some(TokenizeLongDocuments::Keep) => op.long_documents(LongDocuments::Keep)?,
+            Some(TokenizeLongDocuments::Split) => op.long_documents_by_packer(Some(LongCut::Split), t.max_tokens)?,
+            Some(TokenizeLongDocuments::Truncate) => {
+                op.long_documents_by_packer(Some(LongCut::Truncate), t.max_tokens)?
             }
-            (None | Some(TokenizeLongDocuments::Split), Some(m)) => LongDocuments::Split { max_tokens: m },
-            (Some(TokenizeLongDocuments::Truncate), Some(m)) => LongDocuments::Truncate { max_tokens: m },
-            (None, None) | (Some(TokenizeLongDocuments::Keep), _) => LongDocuments::Keep,
-            (Some(TokenizeLongDocuments::Split | TokenizeLongDocuments::Truncate), None) => {
-                return Err(Error::Spec {
-                    path: self.file.clone(),
-                    message: "[tokenize] long_documents needs max_tokens (or a [pack] section)".into(),
-                });
-            }
+            None => op.long_documents_by_packer(None, t.max_tokens)?,
         };
-        Ok(op.long_documents(policy)?)
+        Ok(op)
     }
 }

@@ -144,8 +144,48 @@ fn a_truncating_packer_makes_tokenize_truncate_and_refuses_a_split() {
     let plan = spec.pipeline().unwrap().explain(&spec.topology(1, 0).unwrap()).unwrap();
     assert!(plan.contains("Truncate { max_tokens: 512 }"), "{plan}");
     let split = spec_text("jsonl", 8, 16, "", pack).replace("[tokenize]\n", "[tokenize]\nlong_documents = \"split\"\n");
-    let e = parse(&split).pipeline().err().unwrap().to_string();
+    let split = parse(&split);
+    let e = split.pipeline().unwrap().explain(&split.topology(1, 0).unwrap()).unwrap_err().to_string();
     assert!(e.contains("would cut nothing") && e.contains("[tokenize] long_documents = \"truncate\""), "{e}");
+}
+
+/// The README's quick start in Rust and its TOML are the same run: the same run fingerprint
+/// (the row length reaches tokenize from the packer by one route, for both) and the same steps.
+#[test]
+fn the_readmes_rust_quick_start_and_its_toml_are_the_same_run() {
+    use zephon::*;
+    let data = zephon_testkit::testdata();
+    let (web, code) = (data.join("corpora/a/jsonl"), data.join("corpora/b/jsonl"));
+    let tokenizer = data.join("tokenizers/gpt2/tokenizer.json");
+    let topology = || Topology::builder().lanes(8).rows_per_step(16).build().unwrap();
+    // As the README writes it (its `text_field("content")` is this corpus's `text`).
+    let mixture = Mixture::new()
+        .dataset(Dataset::new("web", &web).share(0.7))
+        .dataset(Dataset::new("code", &code).share(0.3).text_field("text"));
+    let mut rust = Pipeline::new(mixture)
+        .tokenize(Tokenize::new(Tokenizer::from_file(&tokenizer).unwrap()).eos("<|endoftext|>").unwrap())
+        .ensure_mixture(EnsureMixture::slack_tokens(4096))
+        .pack(Pack::new(PackOptions::new(Algorithm::BestFit { bins: 64 }, 2048)).unwrap())
+        .shuffle(Shuffle::buffer(64).unwrap())
+        .seed(1234)
+        .exec(ExecOptions { snapshot_every: 100, ..ExecOptions::default() })
+        .build(topology())
+        .unwrap();
+    let toml = format!(
+        "seed = 1234\nlanes = 8\nrows_per_step = 16\n\n[[dataset]]\nname = \"web\"\npath = \"{}\"\nshare = 0.7\n\
+         [[dataset]]\nname = \"code\"\npath = \"{}\"\nshare = 0.3\ntext_field = \"text\"\n\n[tokenize]\n\
+         tokenizer = \"{}\"\neos = \"<|endoftext|>\"\n\n[ensure_mixture]\nslack_tokens = 4096\n\n[pack]\n\
+         algorithm = \"best_fit\"\nseq_len = 2048\n\n[shuffle]\nbuffer = 64\n",
+        web.display(),
+        code.display(),
+        tokenizer.display()
+    );
+    let mut spec = parse(&toml).pipeline().unwrap().build(topology()).unwrap();
+    assert_eq!(rust.fingerprint(), spec.fingerprint(), "run fingerprints");
+    for _ in 0..2 {
+        let (a, b) = (rust.next_step().unwrap().unwrap(), spec.next_step().unwrap().unwrap());
+        assert_eq!(a.local_fingerprint(), b.local_fingerprint(), "step {:?}", a.step());
+    }
 }
 
 #[test]
