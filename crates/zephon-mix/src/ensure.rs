@@ -6,6 +6,7 @@ use zephon_core::{
     Accumulator, AccumulatorState, Assembly, Holding, LaneContext, Offer, OpError, Operator, OperatorKind, Record,
     Settings, Value,
 };
+use zephon_operator::Tally;
 
 use crate::held::Held;
 
@@ -236,6 +237,26 @@ impl Operator for EnsureMixture {
             dropped_docs: vec![0; k],
             dropped_tokens: vec![0; k],
         }))
+    }
+
+    /// Tokens let through, documents dropped past a cap and their tokens, tokens let through
+    /// early, what it holds, per dataset; and the most tokens it held at once.
+    fn report(&self, state: &AccumulatorState, datasets: usize) -> Vec<Tally> {
+        let counts = EnsureCounts::of(state).unwrap_or_default();
+        let per = |name, f: fn(&EnsureDataset) -> u64| Tally::PerDataset {
+            name,
+            values: (0..datasets).map(|d| counts.datasets.get(d).map_or(0, f)).collect(),
+        };
+        let held = held(state, datasets);
+        vec![
+            per("mixed_tokens", |c| c.mixed_tokens),
+            per("dropped_documents", |c| c.dropped_documents),
+            per("dropped_tokens", |c| c.dropped_tokens),
+            per("released_tokens", |c| c.released_tokens),
+            Tally::PerDataset { name: "held_pieces", values: held.iter().map(|h| h.0).collect() },
+            Tally::PerDataset { name: "held_tokens", values: held.iter().map(|h| h.1).collect() },
+            Tally::Peak { name: "held_tokens_peak", value: counts.peak_held_tokens },
+        ]
     }
 }
 

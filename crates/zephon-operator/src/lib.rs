@@ -69,7 +69,7 @@ pub use error::OpError;
 pub use half;
 pub use id::{Lane, SampleId, Step};
 pub use lineage::{Extent, Fragment, Lineage, Span};
-pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput};
+pub use operator::{Accumulator, AccumulatorState, LaneContext, Operator, OperatorKind, RebuildInput, Tally};
 pub use record::{Attachment, Field, Record, Value, safe_cut, slice_attachments};
 pub use rng::{Permutation, Rng, RngKey};
 pub use section::{Section, SectionContext, SectionTable, Stage};

@@ -167,6 +167,34 @@ pub trait Operator: Send + Sync + 'static {
         let _ = assembly;
         Ok(None)
     }
+
+    /// What one lane's exported accumulator state says for the run's report, as named counts
+    /// ([`Tally`]) over `datasets` datasets; the default says nothing. A report reads an
+    /// operator's state only through this, never by the operator's name or the place of its
+    /// state.
+    fn report(&self, state: &AccumulatorState, datasets: usize) -> Vec<Tally> {
+        let _ = (state, datasets);
+        Vec::new()
+    }
+}
+
+/// A count an operator reports from one lane's accumulator state ([`Operator::report`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tally {
+    /// A count per dataset (by the run's dataset index), added up over lanes.
+    PerDataset {
+        /// Its name in reports (`conversations_split`, `dropped_tokens`...).
+        name: &'static str,
+        /// Its value for each dataset.
+        values: Vec<u64>,
+    },
+    /// A count for the lane as a whole, the largest over lanes (a high-water mark).
+    Peak {
+        /// Its name in reports.
+        name: &'static str,
+        /// Its value on this lane.
+        value: u64,
+    },
 }
 
 /// A shared operator is the operator: `Arc<O>` and `Arc<dyn Operator>` go wherever an operator
@@ -199,6 +227,9 @@ impl<O: Operator + ?Sized> Operator for std::sync::Arc<O> {
     fn assemble(&self, assembly: &Assembly<'_>) -> Result<Option<std::sync::Arc<dyn Operator>>, OpError> {
         (**self).assemble(assembly)
     }
+    fn report(&self, state: &AccumulatorState, datasets: usize) -> Vec<Tally> {
+        (**self).report(state, datasets)
+    }
 }
 
 /// A boxed operator is the operator.
@@ -229,6 +260,9 @@ impl<O: Operator + ?Sized> Operator for Box<O> {
     }
     fn assemble(&self, assembly: &Assembly<'_>) -> Result<Option<std::sync::Arc<dyn Operator>>, OpError> {
         (**self).assemble(assembly)
+    }
+    fn report(&self, state: &AccumulatorState, datasets: usize) -> Vec<Tally> {
+        (**self).report(state, datasets)
     }
 }
 

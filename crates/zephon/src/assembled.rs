@@ -13,11 +13,6 @@ pub(crate) struct Assembled {
     pub weights: Vec<f64>,
     /// The token shares by step, when the mixture is by token shares.
     pub shares: Option<zephon_core::ShareSchedule>,
-    /// Which accumulator stage is `ensure_mixture`, to report what it dropped.
-    pub ensure_stage: Option<usize>,
-    /// Which accumulator stage is `chat`, to report what its long-conversation policy did.
-    #[cfg_attr(not(feature = "text"), allow(dead_code))]
-    pub chat_stage: Option<usize>,
     /// The records of the datasets, when the work source reads each once (a validation pass).
     pub records: Option<u64>,
     /// What the run does with the settings as given that a user should know.

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use zephon_core::{Engine, LocalStep, Step, Topology};
 use zephon_mix::TokenEstimate;
+use zephon_operator::Tally;
 
 use crate::assembled::Assembled;
 use crate::error::Result;
@@ -22,6 +23,10 @@ pub struct DataReport {
     /// lanes' last snapshot (its cap is in `explain`).
     #[serde(default)]
     pub held_tokens_peak: u64,
+    /// Other operators' high-water marks ([`Tally::Peak`]), by name: the largest over this
+    /// rank's lanes.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub peaks: std::collections::BTreeMap<String, u64>,
 }
 
 /// What was left out of one dataset.
@@ -94,6 +99,29 @@ pub struct DatasetReport {
     pub truncated_tokens: u64,
     /// Conversations `"skip"` left out.
     pub conversations_skipped: u64,
+    /// Other operators' counts ([`Tally::PerDataset`]) by name, over this rank's lanes.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub counts: std::collections::BTreeMap<String, u64>,
+}
+
+impl DatasetReport {
+    /// Adds `value` to the count `name` (an operator's [`Tally::PerDataset`]).
+    fn add(&mut self, name: &str, value: u64) {
+        let field = match name {
+            "mixed_tokens" => &mut self.mixed_tokens,
+            "dropped_documents" => &mut self.dropped_documents,
+            "dropped_tokens" => &mut self.dropped_tokens,
+            "released_tokens" => &mut self.released_tokens,
+            "held_pieces" => &mut self.held_pieces,
+            "held_tokens" => &mut self.held_tokens,
+            "conversations_split" => &mut self.conversations_split,
+            "conversations_truncated" => &mut self.conversations_truncated,
+            "truncated_tokens" => &mut self.truncated_tokens,
+            "conversations_skipped" => &mut self.conversations_skipped,
+            other => self.counts.entry(other.to_string()).or_insert(0),
+        };
+        *field += value;
+    }
 }
 
 impl DataReport {
@@ -267,6 +295,7 @@ impl Loader {
             }
         }
         let lanes = self.engine.lane_states();
+        let mut peaks = std::collections::BTreeMap::new();
         let mut tail_dropped_rows = 0;
         for lane in &lanes {
             tail_dropped_rows += lane.tail_dropped.rows;
@@ -281,33 +310,27 @@ impl Loader {
                 }
             }
         }
-        #[cfg(feature = "text")]
-        if let Some(k) = self.assembled.chat_stage {
-            for state in lanes.iter().filter_map(|l| l.accumulators.get(k)) {
-                for (r, (split, truncated, tokens, skipped)) in
-                    datasets.iter_mut().zip(zephon_text::chat_counts(state, names.len()))
-                {
-                    r.conversations_split += split;
-                    r.conversations_truncated += truncated;
-                    r.truncated_tokens += tokens;
-                    r.conversations_skipped += skipped;
-                }
-            }
-        }
+        // What each operator says of its lanes' states, through the operator interface.
         let mut held_tokens_peak = 0;
-        if let Some(k) = self.assembled.ensure_stage {
-            for state in lanes.iter().filter_map(|l| l.accumulators.get(k)) {
-                let counts = zephon_mix::EnsureCounts::of(state).unwrap_or_default();
-                held_tokens_peak = held_tokens_peak.max(counts.peak_held_tokens);
-                for (r, c) in datasets.iter_mut().zip(counts.datasets) {
-                    r.mixed_tokens += c.mixed_tokens;
-                    r.dropped_documents += c.dropped_documents;
-                    r.dropped_tokens += c.dropped_tokens;
-                    r.released_tokens += c.released_tokens;
-                }
-                for (r, (pieces, tokens)) in datasets.iter_mut().zip(zephon_mix::held(state, names.len())) {
-                    r.held_pieces += pieces;
-                    r.held_tokens += tokens;
+        let accumulating: Vec<_> =
+            self.assembled.spec.operators.operators().iter().filter(|op| op.kind().accumulates()).collect();
+        for lane in &lanes {
+            for (op, state) in accumulating.iter().zip(&lane.accumulators) {
+                for tally in op.report(state, names.len()) {
+                    match tally {
+                        Tally::PerDataset { name, values } => {
+                            for (r, v) in datasets.iter_mut().zip(values) {
+                                r.add(name, v);
+                            }
+                        }
+                        Tally::Peak { name: "held_tokens_peak", value } => {
+                            held_tokens_peak = held_tokens_peak.max(value);
+                        }
+                        Tally::Peak { name, value } => {
+                            let peak = peaks.entry(name.to_string()).or_insert(0);
+                            *peak = (*peak).max(value);
+                        }
+                    }
                 }
             }
         }
@@ -319,7 +342,7 @@ impl Loader {
             }
         }
         let lanes_cut_off = self.engine.lanes_cut_off().iter().map(|l| l.0).collect();
-        DataReport { datasets, tail_dropped_rows, lanes_cut_off, held_tokens_peak }
+        DataReport { datasets, tail_dropped_rows, lanes_cut_off, held_tokens_peak, peaks }
     }
 
     /// The lineage of every record this rank's lanes hold after the last delivered step (in

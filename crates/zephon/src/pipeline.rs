@@ -346,13 +346,6 @@ impl Pipeline {
                 (Arc::new(source), weights)
             }
         };
-        let chat_stage =
-            operators.operators().iter().filter(|op| op.kind().accumulates()).position(|op| op.name() == "chat");
-        let ensure_stage = operators
-            .operators()
-            .iter()
-            .filter(|op| op.kind().accumulates())
-            .position(|op| op.offer().share_slack.is_some());
         let spec = RunSpec {
             operators,
             source,
@@ -364,18 +357,7 @@ impl Pipeline {
         };
         let notices = m.notices();
         let storage = layouts.iter().any(|l| l.stats().is_some()).then(|| m.storage.describe());
-        Ok(Assembled {
-            spec,
-            estimates,
-            weights,
-            shares: schedule,
-            ensure_stage,
-            chat_stage,
-            records,
-            notices,
-            layouts,
-            storage,
-        })
+        Ok(Assembled { spec, estimates, weights, shares: schedule, records, notices, layouts, storage })
     }
 
     /// The operators, each assembled into the pipeline ([`Operator::assemble`]) with what the

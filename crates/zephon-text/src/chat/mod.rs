@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use zephon_operator::{
     Accumulator, AccumulatorState, Assembly, Field, Fragment, Holding, LaneContext, Lineage, Offer, OpError, Operator,
-    OperatorKind, Record, Settings, Span, TokenCounter, Value, columns,
+    OperatorKind, Record, Settings, Span, Tally, TokenCounter, Value, columns,
 };
 
 pub use template::{ChatTemplate, Rendered};
@@ -502,6 +502,21 @@ impl Operator for Chat {
 
     fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
         Some(Box::new(Counts::default()))
+    }
+
+    /// What the long-conversation policy did, per dataset.
+    fn report(&self, state: &AccumulatorState, datasets: usize) -> Vec<Tally> {
+        let counts = chat_counts(state, datasets);
+        let per = |name, f: fn(&(u64, u64, u64, u64)) -> u64| Tally::PerDataset {
+            name,
+            values: counts.iter().map(f).collect(),
+        };
+        vec![
+            per("conversations_split", |c| c.0),
+            per("conversations_truncated", |c| c.1),
+            per("truncated_tokens", |c| c.2),
+            per("conversations_skipped", |c| c.3),
+        ]
     }
 }
 

@@ -125,3 +125,74 @@ fn names_that_are_built_in_or_taken_are_refused() {
     let e = sentences().with(SentencesSection).unwrap_err().to_string();
     assert!(e.contains("\"sentences\"") && e.contains("[sentences]"), "{e}");
 }
+
+/// Counts the records each lane passes on, per dataset: its state is the counts, and it
+/// reports them (and its largest count) through `Operator::report`.
+struct Counter;
+
+struct Counts(Vec<u64>);
+
+impl zephon::operator::Accumulator for Counts {
+    fn push(&mut self, r: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        let d = r.lineage().first_sample().map_or(0, |s| s.dataset as usize);
+        if self.0.len() <= d {
+            self.0.resize(d + 1, 0);
+        }
+        self.0[d] += 1;
+        out.push(r);
+        Ok(())
+    }
+    fn export(&self) -> zephon::operator::AccumulatorState {
+        zephon::operator::AccumulatorState { values: self.0.clone(), buffered: Vec::new() }
+    }
+    fn import(&mut self, state: zephon::operator::AccumulatorState, _: Vec<Record>) -> Result<(), OpError> {
+        self.0 = state.values;
+        Ok(())
+    }
+}
+
+impl Operator for Counter {
+    fn name(&self) -> &str {
+        "counter"
+    }
+    fn fingerprint(&self) -> Settings {
+        Settings::new("counter", 1)
+    }
+    fn kind(&self) -> zephon::operator::OperatorKind {
+        zephon::operator::OperatorKind::MapThenAccumulate
+    }
+    fn apply(&self, r: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
+        out.push(r);
+        Ok(())
+    }
+    fn accumulator(&self, _: zephon::operator::LaneContext) -> Option<Box<dyn zephon::operator::Accumulator>> {
+        Some(Box::new(Counts(Vec::new())))
+    }
+    fn report(&self, state: &zephon::operator::AccumulatorState, datasets: usize) -> Vec<zephon::operator::Tally> {
+        use zephon::operator::Tally;
+        let values: Vec<u64> = (0..datasets).map(|d| state.values.get(d).copied().unwrap_or(0)).collect();
+        let most = values.iter().copied().max().unwrap_or(0);
+        vec![Tally::PerDataset { name: "records_counted", values }, Tally::Peak { name: "most_counted", value: most }]
+    }
+}
+
+/// A third-party operator's counts reach the run's report by name, through the operator
+/// interface: per dataset added up over lanes, a peak the largest over lanes.
+#[test]
+fn an_operators_own_counts_reach_the_report() {
+    let text = crate::spec_text("jsonl", 4, 8, "", "[pack]\nalgorithm = \"best_fit\"\nseq_len = 64\n");
+    let spec = crate::parse(&text);
+    let pipeline = spec.pipeline().unwrap().then(Counter);
+    let mut loader = pipeline.build(spec.topology(1, 0).unwrap()).unwrap();
+    for _ in 0..3 {
+        loader.next_step().unwrap().unwrap();
+    }
+    let report = loader.report();
+    let counted: Vec<u64> =
+        report.datasets.iter().map(|d| d.counts.get("records_counted").copied().unwrap_or(0)).collect();
+    assert!(counted.iter().all(|&n| n > 0), "{report:?}");
+    let most = report.peaks.get("most_counted").copied().unwrap_or(0);
+    assert!(most > 0 && most <= counted.iter().sum::<u64>(), "{report:?}");
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["datasets"][0]["counts"]["records_counted"].as_u64().is_some_and(|n| n > 0), "{json}");
+}
