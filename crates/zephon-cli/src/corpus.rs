@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use zephon::lane_core::RngKey;
 
+use crate::CliError;
+
 const NOUNS: &[&str] = &[
     "lane", "step", "seed", "rank", "model", "token", "river", "garden", "engine", "letter", "window", "harbor",
     "signal", "forest", "market", "teacher", "planet", "kernel", "bridge", "mirror", "question", "answer", "winter",
@@ -124,7 +126,7 @@ fn write_corpus(dir: &Path, kind: &str, docs: u64, shards: u64) -> std::io::Resu
 }
 
 /// Trains a byte-level BPE tokenizer on a sample of both corpora (once) and saves it.
-fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), String> {
+fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), CliError> {
     use tokenizers::models::TrainerWrapper;
     use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
     use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -146,17 +148,18 @@ fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), String> {
         .into();
     let sample: Vec<String> =
         (0..2000).map(|i| document("notes", i)).chain((0..60).map(|i| document("essays", i))).collect();
-    tokenizer.train(&mut trainer, sample.iter()).map_err(|e| e.to_string())?;
-    let json = tokenizer.to_string(false).map_err(|e| e.to_string())?;
-    fs::write(path, json).map_err(|e| e.to_string())
+    let failed = |e: &dyn std::fmt::Display| CliError::DemoData { path: path.to_path_buf(), message: e.to_string() };
+    tokenizer.train(&mut trainer, sample.iter()).map_err(|e| failed(&e))?;
+    let json = tokenizer.to_string(false).map_err(|e| failed(&e))?;
+    fs::write(path, json).map_err(|e| CliError::Io(path.to_path_buf(), e))
 }
 
 /// The demo's data folder: `a/` (notes), `b/` (essays), `tokenizer.json` (with an `<image>`
 /// token), `vlm/` (images and captions).
-pub fn ensure_demo_data() -> Result<PathBuf, String> {
+pub fn ensure_demo_data() -> Result<PathBuf, CliError> {
     let dir = zephon::lane_core::disk::cache_dir().join("demo-v3");
-    write_corpus(&dir.join("a"), "notes", 24_000, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
-    write_corpus(&dir.join("b"), "essays", 600, 4).map_err(|e| format!("{}: {e}", dir.display()))?;
+    write_corpus(&dir.join("a"), "notes", 24_000, 4).map_err(|e| CliError::Io(dir.join("a"), e))?;
+    write_corpus(&dir.join("b"), "essays", 600, 4).map_err(|e| CliError::Io(dir.join("b"), e))?;
     train_tokenizer(&dir.join("tokenizer.json"), 4096)?;
     crate::demo_images::write_image_set(&dir.join("vlm"), 120)?;
     Ok(dir)

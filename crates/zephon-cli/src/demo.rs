@@ -207,7 +207,7 @@ pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
         (Some([a, b]), Some(t)) => (a.clone(), b.clone(), t.clone()),
         (None, None) => {
             eprintln!("demo: generating the embedded corpus and training a tokenizer (first run only)...");
-            let dir = crate::corpus::ensure_demo_data().map_err(CliError::Usage)?;
+            let dir = crate::corpus::ensure_demo_data()?;
             (dir.join("a"), dir.join("b"), dir.join("tokenizer.json"))
         }
         _ => return Err(CliError::Usage("give --data A,B and --tokenizer together".into())),
@@ -236,7 +236,7 @@ pub fn demo(args: &DemoArgs) -> Result<(), CliError> {
         setup
     );
     if args.data.is_none() {
-        let dir = crate::corpus::ensure_demo_data().map_err(CliError::Usage)?;
+        let dir = crate::corpus::ensure_demo_data()?;
         let text = vlm_spec_text(&dir.join("vlm/captions.jsonl"), &tokenizer, args.threads);
         let vlm = Spec::parse(&text, "demo (vision)", Path::new("."))?;
         println!();

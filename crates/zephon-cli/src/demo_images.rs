@@ -8,6 +8,8 @@ use std::path::Path;
 
 use zephon::lane_core::RngKey;
 
+use crate::CliError;
+
 const COLOURS: &[(&str, [u8; 3])] = &[
     ("red", [200, 40, 40]),
     ("green", [40, 170, 60]),
@@ -46,11 +48,11 @@ fn picture(i: u64) -> (image::RgbImage, String) {
 
 /// Writes `images/NNNNN.jpg` and `captions.jsonl` (one image a row, plus every fifth row an
 /// interleaved document with two images) under `dir`, once.
-pub fn write_image_set(dir: &Path, n: u64) -> Result<(), String> {
+pub fn write_image_set(dir: &Path, n: u64) -> Result<(), CliError> {
     if dir.join("READY").is_file() {
         return Ok(());
     }
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", dir.display());
+    let err = |e: &dyn std::fmt::Display| CliError::DemoData { path: dir.to_path_buf(), message: e.to_string() };
     fs::create_dir_all(dir.join("images")).map_err(|e| err(&e))?;
     let mut captions = Vec::with_capacity(n as usize);
     for i in 0..n {

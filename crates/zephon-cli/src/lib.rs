@@ -79,6 +79,14 @@ pub enum CliError {
     /// A check that failed (verify, demo).
     #[error("{0}")]
     Verify(String),
+    /// The demo's generated data (corpora, tokenizer, pictures) could not be made.
+    #[error("demo data {path}: {message}")]
+    DemoData {
+        /// What was being made.
+        path: PathBuf,
+        /// Why it failed.
+        message: String,
+    },
 }
 
 impl From<zephon::lane_core::Error> for CliError {

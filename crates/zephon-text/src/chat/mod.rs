@@ -244,7 +244,7 @@ impl Chat {
     /// with `record`, its images placed (see [`Chat::images`]).
     fn encode_with_turns(&self, messages: &str, turns: bool, record: Option<&mut Record>) -> Result<Encoded, String> {
         let parsed = messages::parse(messages, &self.roles)?;
-        let rendered = self.template.render(&parsed.value, false)?;
+        let rendered = self.template.render_text(&parsed.value, false)?;
         let spans = match self.loss {
             LossOn::Everything => std::iter::once(0..rendered.text.len()).collect(),
             _ if self.template.has_generation_blocks() => rendered.generation.clone(),
@@ -289,7 +289,7 @@ impl Chat {
     fn turn_starts(&self, parsed: &messages::Parsed, full: &str, offsets: &[Range<usize>]) -> Vec<usize> {
         let mut starts = Vec::with_capacity(parsed.len());
         for i in 1..parsed.len() {
-            let Ok(before) = self.template.render(&parsed.prefix(i), false) else { return Vec::new() };
+            let Ok(before) = self.template.render_text(&parsed.prefix(i), false) else { return Vec::new() };
             if !full.starts_with(&before.text) {
                 return Vec::new();
             }

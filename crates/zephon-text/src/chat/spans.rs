@@ -26,12 +26,12 @@ pub(super) fn generated(
 ) -> Result<Option<Vec<Range<usize>>>, String> {
     let mut spans = Vec::with_capacity(parsed.assistant.len());
     for &i in &parsed.assistant {
-        let before = template.render(&parsed.prefix(i), true)?.text;
-        let through = template.render(&parsed.prefix(i + 1), false)?.text;
+        let before = template.render_text(&parsed.prefix(i), true)?.text;
+        let through = template.render_text(&parsed.prefix(i + 1), false)?.text;
         if !through.starts_with(&before) || !full.starts_with(&through) {
             return Ok(None);
         }
-        if template.render(&parsed.prefix(i), false)?.text == before {
+        if template.render_text(&parsed.prefix(i), false)?.text == before {
             return Ok(None);
         }
         spans.push(before.len()..through.len());
@@ -52,7 +52,7 @@ pub(super) fn content(
         .assistant
         .iter()
         .map(|&i| {
-            let marked = template.render(&parsed.with_content_marked(i), false)?.text;
+            let marked = template.render_text(&parsed.with_content_marked(i), false)?.text;
             if !marked.contains(MARK) {
                 return Err(format!("the chat template does not write the content of message {i} (assistant)"));
             }

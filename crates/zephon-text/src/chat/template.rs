@@ -177,10 +177,17 @@ impl ChatTemplate {
         self.has_generation
     }
 
-    /// Renders `messages` (a JSON array, as stored) with `add_generation_prompt`. A text of
-    /// the conversation that holds the private-use characters the spans are found by is
-    /// refused, as is a template that fails (its own message, e.g. from `raise_exception`).
-    pub fn render(&self, messages: &JValue, add_generation_prompt: bool) -> Result<Rendered, String> {
+    /// Renders `messages` (a JSON array, as stored) with `add_generation_prompt`. A template
+    /// that fails gives its own message (e.g. from `raise_exception`) in
+    /// [`Error::Template`].
+    pub fn render(&self, messages: &JValue, add_generation_prompt: bool) -> Result<Rendered, Error> {
+        self.render_text(messages, add_generation_prompt)
+            .map_err(|message| Error::Template { origin: self.origin.clone(), message })
+    }
+
+    /// [`ChatTemplate::render`] with the template's message alone as the error: what a bad
+    /// record says (the operator names the template once, in its plan).
+    pub(crate) fn render_text(&self, messages: &JValue, add_generation_prompt: bool) -> Result<Rendered, String> {
         let mut ctx: BTreeMap<String, JValue> =
             self.globals.iter().map(|(k, v)| (k.clone(), JValue::from(minijinja::value::Serde(v)))).collect();
         ctx.insert("messages".into(), messages.clone());
@@ -443,9 +450,9 @@ mod tests {
             "é<x>|{\"role\": \"user\", \"content\": \" é<x> \", \"n\": 1.5}|{\n  \"role\": \"user\",\n  \"content\": \" é<x> \",\n  \"n\": 1.5\n}"
         );
         let two = msgs(r#"[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]"#);
-        assert!(t.render(&two, false).unwrap_err().contains("only one"));
+        assert!(t.render(&two, false).unwrap_err().to_string().contains("only one"));
         let dated = ChatTemplate::new("{{ strftime_now('%d') }}", "t").unwrap();
-        assert!(dated.render(&one, false).unwrap_err().contains("date_string"));
+        assert!(dated.render(&one, false).unwrap_err().to_string().contains("date_string"));
         assert!(ChatTemplate::new("{% if %}", "t").is_err());
     }
 

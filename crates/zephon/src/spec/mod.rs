@@ -53,10 +53,12 @@ use zephon_core::{ExecOptions, Place, RowsPerStep, Topology};
 
 use crate::error::{Error, Result};
 
+mod choices;
 mod lower;
 mod registry;
 mod sections;
 
+pub use choices::*;
 pub use registry::{Registered, Sections};
 pub use sections::*;
 
@@ -422,8 +424,8 @@ impl Spec {
             cache_dir: s.cache_dir.as_deref().map(|d| self.resolve(d)),
             cache_bytes: s.cache_bytes,
             eviction: s.eviction.map(|e| match e {
-                sections::EvictionSpec::NextUse => zephon_io::Eviction::NextUse,
-                sections::EvictionSpec::Lru => zephon_io::Eviction::Lru,
+                EvictionSpec::NextUse => zephon_io::Eviction::NextUse,
+                EvictionSpec::Lru => zephon_io::Eviction::Lru,
             }),
             timeout_s: s.timeout_s,
             stall_timeout_s: s.stall_timeout_s,
