@@ -303,7 +303,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), CliError> {
     let json = serde_json::to_string_pretty(&out).unwrap_or_default();
     println!("{json}");
     if let Some(p) = &args.json_out {
-        std::fs::write(p, &json).map_err(|e| CliError::Io(p.clone(), e))?;
+        crate::write_file(p, &json)?;
     }
     let _ = std::fs::remove_dir_all(&work);
     Ok(())

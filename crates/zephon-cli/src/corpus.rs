@@ -151,7 +151,7 @@ fn train_tokenizer(path: &Path, vocab: usize) -> Result<(), CliError> {
     let failed = |e: &dyn std::fmt::Display| CliError::DemoData { path: path.to_path_buf(), message: e.to_string() };
     tokenizer.train(&mut trainer, sample.iter()).map_err(|e| failed(&e))?;
     let json = tokenizer.to_string(false).map_err(|e| failed(&e))?;
-    fs::write(path, json).map_err(|e| CliError::Io(path.to_path_buf(), e))
+    crate::write_file(path, json)
 }
 
 /// The demo's data folder: `a/` (notes), `b/` (essays), `tokenizer.json` (with an `<image>`

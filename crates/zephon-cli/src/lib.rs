@@ -64,6 +64,14 @@ pub(crate) fn read_spec(path: &Path) -> Result<zephon::Spec, zephon::Error> {
     zephon::Spec::from_file_with(path, SECTIONS.get_or_init(zephon::Sections::new))
 }
 
+/// Writes `bytes` to `path` atomically (a temporary beside it, then a rename): a file the
+/// command writes is whole or absent, never half-written.
+pub(crate) fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), CliError> {
+    use std::io::Write as _;
+    zephon::lane_core::disk::write_atomic(path, |f| f.write_all(bytes.as_ref()))
+        .map_err(|e| CliError::Io(path.to_path_buf(), e))
+}
+
 /// What can go wrong in a command.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

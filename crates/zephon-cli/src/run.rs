@@ -346,7 +346,7 @@ pub fn run(args: &RunArgs) -> Result<RunReport, CliError> {
     }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).unwrap_or_default();
-        fs::write(path, json).map_err(|e| CliError::Io(path.clone(), e))?;
+        crate::write_file(path, json)?;
     }
     Ok(report)
 }

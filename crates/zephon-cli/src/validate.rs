@@ -71,7 +71,7 @@ pub fn validate(args: &ValidateArgs) -> Result<ValidateReport, CliError> {
     }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).unwrap_or_default();
-        std::fs::write(path, json).map_err(|e| CliError::Io(path.clone(), e))?;
+        crate::write_file(path, json)?;
     }
     for line in report.data.lines() {
         eprintln!("zephon: {line}");
