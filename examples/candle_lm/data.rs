@@ -8,9 +8,11 @@ use std::sync::Arc;
 use candle_core::Device;
 use zephon_candle::{EngineSource, PrefetchOptions, Prefetcher, Sink, Tensors};
 use zephon_core::{
-    Accumulator, BadRecords, Batch, Dataset, Datasets, Digest, ExecOptions, Fragment, Lane, LaneContext, Lineage,
-    Operator, Operators, Permutation, Place, Record, RngKey, RunSpec, SampleId, Span, Tail, Topology, Value,
-    step_fingerprint,
+    BadRecords, Batch, Dataset, Datasets, ExecOptions, Operators, Place, RunSpec, Tail, Topology, step_fingerprint,
+};
+use zephon_operator::{
+    Accumulator, Digest, Fragment, Lane, LaneContext, Lineage, Operator, Permutation, Record, RngKey, SampleId, Span,
+    Value,
 };
 use zephon_pack::{Algorithm, Pack, PackOptions};
 use zephon_text::{LongDocuments, Tokenize, Tokenizer};

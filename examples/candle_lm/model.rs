@@ -5,7 +5,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{D, DType, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use zephon_candle::Tensors;
-use zephon_core::{Digest, RngKey};
+use zephon_operator::{Digest, RngKey};
 
 use crate::data::Feed;
 use crate::{Res, SEQ};

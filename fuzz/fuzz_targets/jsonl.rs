@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zephon_core::SampleId;
+use zephon_operator::SampleId;
 use zephon_io::{DatasetOptions, Fields, open};
 
 fuzz_target!(|data: &[u8]| {

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use zephon_core::*;
+use zephon_operator::*;
 use zephon_mix::{EnsureMixture, Exhaustion, SourceOptions, SteeredSource};
 use zephon_pack::{Algorithm, Pack, PackOptions};
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, opts, spec};

@@ -15,6 +15,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use zephon_candle::Sink;
 use zephon_candle::candle_core::{DType, Device};
 use zephon_core::*;
+use zephon_operator::*;
 
 fn text_rows(rows: usize, t: usize) -> Vec<Record> {
     (0..rows)

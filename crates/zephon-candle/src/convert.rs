@@ -2,7 +2,8 @@
 //! alone, copied once otherwise; offsets and varlen metadata derived on the host.
 
 use candle_core::{DType, Device, Tensor, WithDType};
-use zephon_core::{Array, ArrayData, Batch, Buffer, ColumnData, Ragged};
+use zephon_core::{Batch, ColumnData, Ragged};
+use zephon_operator::{Array, ArrayData, Buffer};
 
 use crate::error::{Error, Result, candle};
 use crate::sink::{CuSeqlens, Sink, columns};
@@ -10,17 +11,17 @@ use crate::tensors::Tensors;
 
 /// The candle dtype of a zephon dtype: the same one, but `u16` (which candle lacks) becomes
 /// `u32`.
-pub fn candle_dtype(d: zephon_core::DType) -> DType {
+pub fn candle_dtype(d: zephon_operator::DType) -> DType {
     match d {
-        zephon_core::DType::U8 => DType::U8,
-        zephon_core::DType::I32 => DType::I32,
-        zephon_core::DType::U32 => DType::U32,
-        zephon_core::DType::I64 => DType::I64,
-        zephon_core::DType::F32 => DType::F32,
-        zephon_core::DType::F64 => DType::F64,
-        zephon_core::DType::BF16 => DType::BF16,
-        zephon_core::DType::F16 => DType::F16,
-        zephon_core::DType::U16 => DType::U32,
+        zephon_operator::DType::U8 => DType::U8,
+        zephon_operator::DType::I32 => DType::I32,
+        zephon_operator::DType::U32 => DType::U32,
+        zephon_operator::DType::I64 => DType::I64,
+        zephon_operator::DType::F32 => DType::F32,
+        zephon_operator::DType::F64 => DType::F64,
+        zephon_operator::DType::BF16 => DType::BF16,
+        zephon_operator::DType::F16 => DType::F16,
+        zephon_operator::DType::U16 => DType::U32,
     }
 }
 

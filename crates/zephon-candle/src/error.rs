@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use zephon_core::Step;
+use zephon_operator::Step;
 
 /// A boxed error from a [`crate::StepSource`], kept whole so the caller sees what failed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -26,6 +26,7 @@
 //! use std::sync::Arc;
 //! use zephon_candle::{EngineSource, PrefetchOptions, Prefetcher, Sink};
 //! use zephon_core::*;
+//! use zephon_operator::*;
 //!
 //! let text = vec![vec!["lanes".to_string(), "steps".into(), "ranks".into(), "again".into()]];
 //! let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("d", "text", text))]);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-use zephon_core::Step;
+use zephon_operator::Step;
 
 use crate::error::{Error, Result};
 use crate::sink::Sink;

@@ -13,7 +13,7 @@ use candle_core::{DType, Device};
 /// share (`zephon_operator::columns`, re-exported by `zephon_core`); [`Sink::new`] gives several
 /// of them model dtypes.
 pub mod columns {
-    pub use zephon_core::columns::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, POSITIONS, SEGMENT_IDS};
+    pub use zephon_operator::columns::{CU_SEQLENS, INPUT_IDS, LABELS, LOSS_MASK, MAX_SEQLEN, POSITIONS, SEGMENT_IDS};
 }
 
 /// How the `cu_seqlens` column becomes a tensor.

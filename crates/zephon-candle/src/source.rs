@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use zephon_core::checkpoint::{self, LaneStreams};
-use zephon_core::{Engine, ExecOptions, LaneState, LocalStep, RunFingerprint, RunSpec, Step, Topology};
+use zephon_core::{Engine, ExecOptions, LaneState, LocalStep, RunFingerprint, RunSpec, Topology};
+use zephon_operator::Step;
 
 use crate::error::{BoxError, Error, Result};
 

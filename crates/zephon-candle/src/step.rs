@@ -1,6 +1,7 @@
 //! A local step's tensors ([`Sink::step`]), with what identifies the step.
 
-use zephon_core::{Batch, Digest, Lane, Lineage, LocalStep, Step};
+use zephon_core::{Batch, LocalStep};
+use zephon_operator::{Digest, Lane, Lineage, Step};
 
 use crate::error::Result;
 use crate::sink::Sink;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use zephon::Tokenizer;
 use zephon::io::{DatasetOptions, Fields};
-use zephon::lane_core::SampleId;
+use zephon::operator::SampleId;
 
 use crate::CliError;
 

@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use zephon::lane_core::RngKey;
+use zephon::operator::RngKey;
 
 use crate::CliError;
 

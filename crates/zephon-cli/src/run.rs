@@ -5,8 +5,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use zephon::lane_core::{Digest, HashLogLine, Lane, RankEnv, checkpoint, lane_digest};
+use zephon::lane_core::{HashLogLine, RankEnv, checkpoint, lane_digest};
 use zephon::operator::columns;
+use zephon::operator::{Digest, Lane};
 use zephon::{LocalStep, Spec, Topology, Value};
 
 use crate::CliError;

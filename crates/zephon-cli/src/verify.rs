@@ -6,7 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use zephon::lane_core::{Digest, HashLog};
+use zephon::lane_core::HashLog;
+use zephon::operator::Digest;
 
 use crate::CliError;
 

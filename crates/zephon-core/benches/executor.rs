@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use zephon_core::*;
+use zephon_operator::*;
 
 /// The allocator the `zephon` binary uses: with the system allocator, the consumer freeing rows
 /// that workers allocated contends on glibc's arena lock and the bench measures that lock.
@@ -23,8 +24,8 @@ impl Operator for Identity {
     fn name(&self) -> &str {
         "identity"
     }
-    fn fingerprint(&self) -> zephon_core::Settings {
-        zephon_core::Settings::new("test", 1).set("text", String::new())
+    fn fingerprint(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("test", 1).set("text", String::new())
     }
 }
 

@@ -16,7 +16,7 @@
 //! [`Lineage`] of held records, so a restore rebuilds what was buffered and replays nothing.
 //!
 //! What this crate is not: it is not the operator interface (records, lineage, the traits and
-//! `check_operator` are `zephon-operator`, re-exported here, which an operator crate depends on
+//! `check_operator` are `zephon-operator`, not re-exported here, which an operator crate depends on
 //! alone); it reads no file formats (`zephon-io`), knows no mixtures or shuffles beyond a simple
 //! in-memory source (`zephon-mix`), and tokenizes and packs nothing (`zephon-text`,
 //! `zephon-pack`). It depends on nothing heavy.
@@ -24,6 +24,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use zephon_core::*;
+//! use zephon_operator::*;
 //!
 //! let data = MemoryDataset::from_texts("greetings", "text", vec![vec!["hello".into(), "world".into()]]);
 //! let datasets = Datasets::new(vec![Arc::new(data)]);
@@ -82,9 +83,10 @@ pub use step::{LaneStep, LocalStep, Microbatch, lane_digest, step_fingerprint};
 pub use step_schedule::{RowsPerStep, ShareSchedule, StepSchedule};
 pub use token_estimate::{ROW_QUANTILES, TokenEstimate};
 pub use topology::{Place, RankEnv, Topology, TopologyBuilder};
-// The operator interface, so that a user of the engine needs one import; an operator crate
-// depends on `zephon-operator` alone.
-pub use zephon_operator::{
+// The operator interface, for this crate's own modules; users import it from
+// `zephon-operator` (the engine does not re-export it).
+#[allow(unused_imports)]
+pub(crate) use zephon_operator::{
     Accumulator, AccumulatorState, Array, ArrayData, Assembly, Attachment, Buffer, DType, Digest, ENCODING_VERSION,
     Element, Extent, Field, Fragment, Hasher, Holding, Lane, LaneContext, Lineage, Neighbour, Offer, OpError, Operator,
     OperatorKind, Permutation, RebuildInput, Record, Rng, RngKey, SETTINGS_VERSION, SampleId, Settings, SettingsValue,

@@ -12,6 +12,7 @@
 //! use std::sync::Arc;
 //! use zephon_core::testing::{CheckOptions, check_in_engine};
 //! use zephon_core::*;
+//! use zephon_operator::*;
 //!
 //! struct Upper;
 //! impl Operator for Upper {

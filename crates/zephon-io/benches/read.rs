@@ -8,8 +8,9 @@
 //! Run: `cargo bench -p zephon-io --bench read` (needs `scripts/fetch-testdata.sh`).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use zephon_core::{Datasets, Permutation, RngKey, SampleId};
+use zephon_core::Datasets;
 use zephon_io::{DatasetOptions, open};
+use zephon_operator::{Permutation, RngKey, SampleId};
 
 fn ids(ds: &Datasets) -> Vec<SampleId> {
     let m = &ds.manifests()[0];

@@ -1,6 +1,6 @@
 //! Which fields a dataset yields, and the checks every row's fields get.
 
-use zephon_core::{Field, OpError, Record, Value};
+use zephon_operator::{Field, OpError, Record, Value};
 
 use crate::Error;
 
@@ -186,7 +186,7 @@ fn kind(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zephon_core::SampleId;
+    use zephon_operator::SampleId;
 
     fn put(fields: &Fields, i: usize, cell: Cell) -> Result<Record, String> {
         let mut r = Record::from_sample(SampleId::new(0, 0, 0));

@@ -7,8 +7,8 @@
 use std::io;
 use std::sync::Arc;
 
-use zephon_core::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
-use zephon_core::{Attachment, Buffer, Field, OpError, Record, Value};
+use zephon_operator::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
+use zephon_operator::{Attachment, Buffer, Field, OpError, Record, Value};
 
 use crate::storage::Object;
 

@@ -64,10 +64,11 @@ pub use layout::{Found, Glob, Layout, Location, ShardRef, Split};
 #[cfg(feature = "parquet")]
 pub use parquet::ParquetDataset;
 pub use webdataset::{KEY_FIELD, TarDataset};
+pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, PlannedRead};
 /// The names of image attachments and their values, as the vision operator reads them (one
-/// list for every crate: [`zephon_core::columns`]).
-pub use zephon_core::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
-pub use zephon_core::{Dataset, DatasetManifest, MemoryDataset, OpError, PlannedRead, SampleId};
+/// list for every crate: [`zephon_operator::columns`]).
+pub use zephon_operator::columns::{IMAGE, IMAGE_BYTES, IMAGE_SOURCE};
+pub use zephon_operator::{OpError, SampleId};
 
 /// How to open a dataset.
 #[derive(Clone, Debug, Default)]

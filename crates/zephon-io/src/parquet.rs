@@ -20,7 +20,8 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
-use zephon_core::{Dataset, DatasetManifest, Field, OpError, PlannedRead, Record, SampleId, ShardManifest, Value};
+use zephon_core::{Dataset, DatasetManifest, PlannedRead, ShardManifest};
+use zephon_operator::{Field, OpError, Record, SampleId, Value};
 
 use crate::fields::{Cell, Fields};
 use crate::images::ImageHandles;

@@ -6,7 +6,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use parquet::schema::types::SchemaDescriptor;
-use zephon_core::{Buffer, OpError};
+use zephon_operator::{Buffer, OpError};
 
 use crate::images::Image;
 

@@ -8,8 +8,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use zephon_core::{DatasetManifest, Lane, RngKey, ShardManifest, WorkSource};
+use zephon_core::{DatasetManifest, ShardManifest, WorkSource};
 use zephon_mix::{Exhaustion, MixtureSource, Order, RowOrder, SourceOptions};
+use zephon_operator::{Lane, RngKey};
 
 fn manifest(name: &str, shards: &[u64]) -> DatasetManifest {
     DatasetManifest {

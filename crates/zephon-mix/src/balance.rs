@@ -9,7 +9,8 @@
 //! ([`plan`]). Everything dealt before that block is unchanged.
 
 use serde::{Deserialize, Serialize};
-use zephon_core::{Datasets, OpError, SampleId};
+use zephon_core::Datasets;
+use zephon_operator::{OpError, SampleId};
 
 use crate::error::{Error, Result};
 
@@ -52,7 +53,7 @@ pub(crate) struct TailPlan {
 impl TailPlan {
     /// A short, canonical name of the plan for the fingerprint.
     pub fn digest(&self) -> String {
-        let mut h = zephon_core::Hasher::new();
+        let mut h = zephon_operator::Hasher::new();
         for piece in &self.pieces {
             h.update(&(piece.len() as u64).to_le_bytes());
             for s in piece {

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use zephon_core::{
+use zephon_operator::Tally;
+use zephon_operator::{
     Accumulator, AccumulatorState, Assembly, Holding, LaneContext, Offer, OpError, Operator, OperatorKind, Record,
     Settings, Value,
 };
-use zephon_operator::Tally;
 
 use crate::held::Held;
 
@@ -573,7 +573,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::VecDeque;
-    use zephon_core::{Fragment, Lineage, SampleId, Span};
+    use zephon_operator::{Fragment, Lineage, SampleId, Span};
 
     fn doc(dataset: u32, row: u64, n: u32) -> Record {
         Record::new(Lineage::single(Fragment::span(SampleId::new(dataset, 0, row), Span::prefix(n))))

@@ -14,8 +14,9 @@
 //! The estimates are plain data: store them with the checkpoint so a restore never
 //! re-measures (and cannot measure differently).
 
-use zephon_core::{Datasets, OpError, RngKey, SampleId};
+use zephon_core::Datasets;
 pub use zephon_core::{ROW_QUANTILES, TokenEstimate};
+use zephon_operator::{OpError, RngKey, SampleId};
 
 use crate::error::{Error, Result};
 use crate::order::{DatasetOrder, Order, RowOrder};

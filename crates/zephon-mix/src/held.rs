@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use zephon_core::Record;
+use zephon_operator::Record;
 
 /// One held document: its arrival number, tokens and record.
 struct Doc {
@@ -122,7 +122,7 @@ impl Held {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use zephon_core::{Fragment, Lineage, SampleId, Span};
+    use zephon_operator::{Fragment, Lineage, SampleId, Span};
 
     fn doc(d: usize, row: u64) -> Record {
         Record::new(Lineage::single(Fragment::span(SampleId::new(d as u32, 0, row), Span::prefix(1))))

@@ -21,7 +21,8 @@
 //! takes a counting function from the caller.
 //!
 //! ```
-//! use zephon_core::{DatasetManifest, ShardManifest, Lane, WorkSource};
+//! use zephon_core::{DatasetManifest, ShardManifest, WorkSource};
+//! use zephon_operator::Lane;
 //! use zephon_mix::{MixtureSource, SourceOptions, Exhaustion};
 //!
 //! let ds = |name: &str, rows| DatasetManifest {

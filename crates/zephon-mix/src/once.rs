@@ -1,6 +1,7 @@
 //! Every row of every dataset once, in order: the work source of a validation pass.
 
-use zephon_core::{Chunk, DatasetManifest, Lane, RowIndex, SampleId, Settings, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, RowIndex, WorkSource};
+use zephon_operator::{Lane, SampleId, Settings};
 
 /// Every row of the datasets exactly once, in a fixed order (datasets, then shards, then rows,
 /// as listed), dealt to the lanes in turn: row `i` of that order is row `i / L` of lane

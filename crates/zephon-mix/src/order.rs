@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-use zephon_core::{DatasetManifest, Permutation, RngKey, SampleId};
+use zephon_core::DatasetManifest;
+use zephon_operator::{Permutation, RngKey, SampleId};
 
 /// How rows are ordered within a pass over a dataset.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

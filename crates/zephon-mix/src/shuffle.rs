@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use zephon_core::rng::mix64;
-use zephon_core::{
+use zephon_operator::rng::mix64;
+use zephon_operator::{
     Accumulator, AccumulatorState, Assembly, Holding, LaneContext, Lineage, Offer, OpError, Operator, OperatorKind,
     Record, RngKey, Settings,
 };

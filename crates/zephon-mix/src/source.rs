@@ -1,7 +1,8 @@
 //! The mixture work source: datasets interleaved by weight, cut into chunks, dealt to lanes.
 
 use serde::{Deserialize, Serialize};
-use zephon_core::{Chunk, DatasetManifest, Lane, Settings, SettingsValue, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, WorkSource};
+use zephon_operator::{Lane, Settings, SettingsValue};
 
 use crate::balance::{self, Balance, TailPlan};
 use crate::error::{Error, Result};
@@ -271,7 +272,7 @@ impl MixtureSource {
                 )));
             }
         }
-        let cost = |samples: &[zephon_core::SampleId]| -> Vec<u64> {
+        let cost = |samples: &[zephon_operator::SampleId]| -> Vec<u64> {
             samples
                 .iter()
                 .map(|s| {

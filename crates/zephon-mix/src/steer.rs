@@ -2,7 +2,8 @@
 //! lane's next input comes from the dataset furthest behind its share of the tokens the lane
 //! has delivered.
 
-use zephon_core::{Chunk, DatasetManifest, Lane, Settings, ShareSchedule, Steering, WorkSource};
+use zephon_core::{Chunk, DatasetManifest, ShareSchedule, Steering, WorkSource};
+use zephon_operator::{Lane, Settings};
 
 use crate::error::{Error, Result};
 use crate::source::{Exhaustion, MixtureSource, SourceOptions};

@@ -10,7 +10,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::{Algorithm, Pack, PackOptions};
 use zephon_testkit::Split;
 

@@ -15,8 +15,8 @@ use std::cell::UnsafeCell;
 use numpy::ndarray::{ArrayViewD, IxDyn};
 use numpy::{Element, PyArrayDyn};
 use pyo3::prelude::*;
-use zephon::lane_core::half::{bf16, f16};
-use zephon::lane_core::{Array, ArrayData, DType};
+use zephon::operator::half::{bf16, f16};
+use zephon::operator::{Array, ArrayData, DType};
 
 /// A column's elements, owned by Rust, lent to a numpy array (its `.base`).
 #[pyclass(frozen, module = "zephon_rs._native", name = "RustBuffer")]
@@ -163,7 +163,7 @@ fn set_read_only(arr: &Bound<'_, PyAny>) -> PyResult<()> {
 
 /// A numpy array of `values` (a new buffer of its own, lent writeable).
 pub(crate) fn vec_to_numpy<'py>(py: Python<'py>, values: Vec<i64>, dims: &[usize]) -> PyResult<Bound<'py, PyAny>> {
-    let array = Array::with_shape(zephon::lane_core::Buffer::new(values), dims)
+    let array = Array::with_shape(zephon::operator::Buffer::new(values), dims)
         .map_err(|e| crate::errors::Error::new_err(format!("internal error: {e}")))?;
     to_numpy(py, array)
 }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use zephon::lane_core::{Array, ArrayData, Batch, ColumnData, Extent, LocalStep};
+use zephon::lane_core::{Batch, ColumnData, LocalStep};
+use zephon::operator::{Array, ArrayData, Extent};
 
 use crate::arrays::{to_numpy, vec_to_numpy};
 use crate::errors::PyZephonError;

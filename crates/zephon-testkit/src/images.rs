@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use zephon_core::*;
+use zephon_operator::*;
 
 /// The placeholder token of an image.
 pub const IMAGE: u32 = 257;

@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use zephon_core::testing::Ranks;
 use zephon_core::*;
+use zephon_operator::*;
 
 pub const EOS: u32 = 256;
 

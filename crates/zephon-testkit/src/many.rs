@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use zephon_core::RngKey;
+use zephon_operator::RngKey;
 
 use crate::SpecText;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use zephon_core::*;
+use zephon_operator::*;
 
 /// The body of a rank process: returns `false` (doing nothing) unless started by
 /// [`spawn_ranks`], which runs it as an ignored test by name; otherwise runs steps `from..to` of `spec` at the environment's rank,

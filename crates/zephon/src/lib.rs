@@ -61,8 +61,8 @@ pub use zephon_candle::{Prefetcher, Sink};
 #[doc(inline)]
 pub use zephon_core as lane_core;
 pub use zephon_core::{
-    BadRecords, Batch, Digest, ExecOptions, Lane, LanePart, LocalStep, Operator, Place, Record, SampleId, Settings,
-    SplitCheckpoint, StageTime, Step, Tail, Topology, Value, step_fingerprint,
+    BadRecords, Batch, ExecOptions, LanePart, LocalStep, Place, SplitCheckpoint, StageTime, Tail, Topology,
+    step_fingerprint,
 };
 #[doc(inline)]
 pub use zephon_io as io;
@@ -72,6 +72,7 @@ pub use zephon_mix as mix;
 pub use zephon_mix::{Balance, EnsureMixture, EstimateOptions, Exhaustion, Order, RowOrder, Shuffle, TokenEstimate};
 #[doc(inline)]
 pub use zephon_operator as operator;
+pub use zephon_operator::{Digest, Lane, Operator, Record, SampleId, Settings, Step, Value};
 #[doc(inline)]
 pub use zephon_pack as pack;
 pub use zephon_pack::{Algorithm, LongerThanRow, LossWeights, Pack, PackOptions};

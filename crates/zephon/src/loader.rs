@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use zephon_core::{Engine, LocalStep, Step, Topology};
+use zephon_core::{Engine, LocalStep, Topology};
 use zephon_mix::TokenEstimate;
+use zephon_operator::Step;
 use zephon_operator::Tally;
 
 use crate::assembled::Assembled;
@@ -348,7 +349,7 @@ impl Loader {
     /// The lineage of every record this rank's lanes hold after the last delivered step (in
     /// their accumulators, or in rows made ahead of the consumer), as of their last snapshot:
     /// with what was delivered, it accounts for every piece read so far.
-    pub fn in_flight(&self) -> Vec<zephon_core::Lineage> {
+    pub fn in_flight(&self) -> Vec<zephon_operator::Lineage> {
         self.engine
             .lane_states()
             .into_iter()
@@ -370,8 +371,8 @@ impl Loader {
     /// What each of this rank's lanes holds as of its last snapshot, in positions (tokens):
     /// `(lane, in its accumulators, in rows made and not yet delivered)`. What
     /// [`Loader::memory_bound`] bounds.
-    pub fn held_positions(&self) -> Vec<(zephon_core::Lane, u64, u64)> {
-        let positions = |l: &zephon_core::Lineage| l.fragments().iter().map(|f| u64::from(f.len())).sum::<u64>();
+    pub fn held_positions(&self) -> Vec<(zephon_operator::Lane, u64, u64)> {
+        let positions = |l: &zephon_operator::Lineage| l.fragments().iter().map(|f| u64::from(f.len())).sum::<u64>();
         self.engine
             .lane_states()
             .into_iter()

@@ -1,8 +1,9 @@
-//! What a run's lanes may hold, from what its operators offer ([`zephon_core::Holding`]):
+//! What a run's lanes may hold, from what its operators offer ([`zephon_operator::Holding`]):
 //! stated by `explain` before anything runs, and checked by the tests against what the lanes
 //! hold.
 
-use zephon_core::{ExecOptions, Holding, Operators, Topology};
+use zephon_core::{ExecOptions, Operators, Topology};
+use zephon_operator::Holding;
 
 /// The most one lane of a run holds, part by part. Positions are sequence positions (tokens);
 /// each is a few arrays' elements in a row (ids, labels, positions, segment ids, mask).

@@ -4,12 +4,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use zephon_core::{
-    BadRecords, Datasets, Engine, ExecOptions, Operator, Operators, RunSpec, SplitCheckpoint, Tail, Topology,
-    WorkSource, checkpoint,
+    BadRecords, Datasets, Engine, ExecOptions, Operators, RunSpec, SplitCheckpoint, Tail, Topology, WorkSource,
+    checkpoint,
 };
 use zephon_mix::{
     Balance, EnsureMixture, EstimateOptions, Exhaustion, MixtureSource, Shuffle, SteeredSource, TokenEstimate,
 };
+use zephon_operator::Operator;
 use zephon_pack::Pack;
 
 use crate::assembled::Assembled;
@@ -186,7 +187,7 @@ impl Pipeline {
         self,
         topology: Topology,
         split: &SplitCheckpoint,
-        key: &dyn Fn(zephon_core::Lane) -> String,
+        key: &dyn Fn(zephon_operator::Lane) -> String,
     ) -> Result<Loader> {
         let metadata = SplitCheckpoint::summary(&split.run)?.metadata;
         let assembled = self.assemble(Some(&metadata), topology.lanes())?;
@@ -364,8 +365,10 @@ impl Pipeline {
     /// mixture and the other operators offer.
     fn operators(&self, shares: Option<&[f64]>) -> Result<Operators> {
         let ops = &self.stages;
-        let neighbours: Vec<zephon_core::Neighbour> =
-            ops.iter().map(|op| zephon_core::Neighbour { name: op.name().to_string(), offer: op.offer() }).collect();
+        let neighbours: Vec<zephon_operator::Neighbour> = ops
+            .iter()
+            .map(|op| zephon_operator::Neighbour { name: op.name().to_string(), offer: op.offer() })
+            .collect();
         let names: Vec<String> = self.mixture.datasets.iter().map(|d| d.name.clone()).collect();
         let text_fields = self.text_fields();
         let loss_weights = self
@@ -387,8 +390,8 @@ impl Pipeline {
         }
         let mut operators = Operators::new();
         for (i, op) in ops.iter().enumerate() {
-            let before: Vec<zephon_core::Neighbour> = neighbours[..i].iter().rev().cloned().collect();
-            let plan = zephon_core::Assembly {
+            let before: Vec<zephon_operator::Neighbour> = neighbours[..i].iter().rev().cloned().collect();
+            let plan = zephon_operator::Assembly {
                 datasets: &names,
                 text_fields: &text_fields,
                 shares,
@@ -459,7 +462,7 @@ fn measure(
     cfg: EstimateOptions,
     count: &(dyn Fn(&str) -> std::result::Result<usize, String> + Sync),
 ) -> Result<Vec<TokenEstimate>> {
-    let key = zephon_core::Settings::new("token-estimates", 1)
+    let key = zephon_operator::Settings::new("token-estimates", 1)
         .set("datasets", datasets.fingerprint())
         .set(by.0, by.1)
         .set("fields", fields.clone())
@@ -538,8 +541,8 @@ impl Pipeline {
             let tokenizer = self.tokenize.as_ref().map(|t| t.tokenizer().clone());
             let fields = self.text_fields();
             let measure = match (&tokenizer, tokens) {
-                (Some(t), true) => zephon_core::Settings::new("row-tokens", 1).set("tokenizer", t.sha256()),
-                _ => zephon_core::Settings::new("row-bytes", 1),
+                (Some(t), true) => zephon_operator::Settings::new("row-tokens", 1).set("tokenizer", t.sha256()),
+                _ => zephon_operator::Settings::new("row-bytes", 1),
             };
             let key = measure.set("datasets", datasets.fingerprint()).set("fields", fields.clone()).digest();
             let rows: Vec<u64> = datasets.manifests().iter().map(|m| m.rows()).collect();
@@ -577,7 +580,7 @@ impl Pipeline {
 #[cfg(feature = "text")]
 fn encode_row_sizes(sizes: &[Vec<u32>]) -> Vec<u8> {
     let mut encoded: Vec<u8> = sizes.iter().flatten().flat_map(|b| b.to_le_bytes()).collect();
-    let sum = zephon_core::Digest::of(&encoded);
+    let sum = zephon_operator::Digest::of(&encoded);
     encoded.extend_from_slice(&sum.0);
     encoded
 }
@@ -586,7 +589,7 @@ fn encode_row_sizes(sizes: &[Vec<u32>]) -> Vec<u8> {
 #[cfg(feature = "text")]
 fn decode_row_sizes(bytes: &[u8], rows: &[u64]) -> Option<Vec<Vec<u32>>> {
     let (bytes, sum) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
-    if bytes.len() as u64 != rows.iter().sum::<u64>() * 4 || zephon_core::Digest::of(bytes).0[..] != *sum {
+    if bytes.len() as u64 != rows.iter().sum::<u64>() * 4 || zephon_operator::Digest::of(bytes).0[..] != *sum {
         return None;
     }
     let mut all = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]));

@@ -16,7 +16,7 @@ impl Rank for Loader {
         Loader::next_step(self)
     }
 
-    fn position(&self) -> zephon_core::Step {
+    fn position(&self) -> zephon_operator::Step {
         Loader::position(self)
     }
 

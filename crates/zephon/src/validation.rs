@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use zephon_core::{LocalStep, Record, Topology};
+use zephon_core::{LocalStep, Topology};
+use zephon_operator::Record;
 
 use crate::error::{Error, Result};
 use crate::loader::{DataReport, Loader};
@@ -102,7 +103,8 @@ impl ValidationLoader {
             }
             None => {
                 self.ended = true;
-                let s = LocalStep::padding(zephon_core::Step(self.position), self.loader.topology(), rows, &self.pad);
+                let s =
+                    LocalStep::padding(zephon_operator::Step(self.position), self.loader.topology(), rows, &self.pad);
                 self.padding_rows += s.len() as u64;
                 s
             }

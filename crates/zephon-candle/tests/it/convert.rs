@@ -3,8 +3,9 @@
 
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use zephon_candle::{CuSeqlens, Error, Sink, Tensors};
-use zephon_core::half::{bf16, f16};
 use zephon_core::*;
+use zephon_operator::half::{bf16, f16};
+use zephon_operator::*;
 
 fn rec(n: u64) -> Record {
     Record::new(Lineage::single(Fragment::range(SampleId::new(0, 0, n), 0, 1).unwrap()))

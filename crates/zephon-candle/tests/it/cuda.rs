@@ -4,8 +4,9 @@
 
 use candle_core::{DType, Device, Tensor};
 use zephon_candle::{EngineSource, PrefetchOptions, Prefetcher, Sink};
-use zephon_core::half::bf16;
 use zephon_core::*;
+use zephon_operator::half::bf16;
+use zephon_operator::*;
 use zephon_testkit as kit;
 
 fn gpu() -> Device {

@@ -4,6 +4,7 @@
 use candle_core::{DType, Tensor};
 use zephon_candle::Sink;
 use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::{Algorithm, Pack, PackOptions};
 
 fn flat<T: candle_core::WithDType>(t: &Tensor) -> Vec<T> {

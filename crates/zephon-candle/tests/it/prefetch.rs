@@ -8,7 +8,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use zephon_candle::{BoxError, EngineSource, Error, PrefetchOptions, Prefetcher, ResumePoint, Sink, StepSource};
-use zephon_core::{Engine, ExecOptions, Lineage, LocalStep, Place, RunSpec, Step, Tail, Topology};
+use zephon_core::{Engine, ExecOptions, LocalStep, Place, RunSpec, Tail, Topology};
+use zephon_operator::{Lineage, Step};
 use zephon_testkit as kit;
 
 const LANES: u32 = 4;

@@ -114,6 +114,7 @@ impl<E: std::error::Error + 'static> std::error::Error for RanksError<E> {
 /// use std::sync::Arc;
 /// use zephon_core::testing::{Ranks, fingerprint};
 /// use zephon_core::*;
+/// use zephon_operator::*;
 ///
 /// let texts: Vec<String> = (0..40).map(|i| format!("document {i}")).collect();
 /// let datasets = Datasets::new(vec![Arc::new(MemoryDataset::from_texts("d", "text", vec![texts]))]);

@@ -4,6 +4,7 @@ use std::fs;
 use std::path::Path;
 
 use zephon_core::*;
+use zephon_operator::*;
 
 use crate::common::*;
 
@@ -166,7 +167,8 @@ mod never_panics {
         FILE.get_or_init(|| {
             let tmp = tempfile::tempdir().unwrap();
             super::checkpoint_two_ranks(&super::run_spec(), tmp.path());
-            std::fs::read(tmp.path().join(checkpoint::file_name(zephon_core::Lane(0), zephon_core::Lane(1)))).unwrap()
+            std::fs::read(tmp.path().join(checkpoint::file_name(zephon_operator::Lane(0), zephon_operator::Lane(1))))
+                .unwrap()
         })
         .clone()
     }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use zephon_core::*;
+use zephon_operator::*;
 
 use crate::common::*;
 

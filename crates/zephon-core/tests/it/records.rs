@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use zephon_core::*;
+use zephon_operator::*;
 
 use crate::common::*;
 
@@ -131,8 +132,8 @@ impl Operator for Explode {
     fn name(&self) -> &str {
         "explode"
     }
-    fn fingerprint(&self) -> zephon_core::Settings {
-        zephon_core::Settings::new("test", 1)
+    fn fingerprint(&self) -> zephon_operator::Settings {
+        zephon_operator::Settings::new("test", 1)
     }
     fn apply(&self, record: Record, out: &mut Vec<Record>) -> Result<(), OpError> {
         if record.lineage().first_sample().is_some_and(|s| s.row == 7) {
@@ -190,8 +191,8 @@ mod contract {
         fn name(&self) -> &str {
             "undeclared"
         }
-        fn fingerprint(&self) -> zephon_core::Settings {
-            zephon_core::Settings::new("test", 1)
+        fn fingerprint(&self) -> zephon_operator::Settings {
+            zephon_operator::Settings::new("test", 1)
         }
         fn accumulator(&self, _: LaneContext) -> Option<Box<dyn Accumulator>> {
             Some(Box::new(Pass))
@@ -219,8 +220,8 @@ mod contract {
         fn name(&self) -> &str {
             "counter"
         }
-        fn fingerprint(&self) -> zephon_core::Settings {
-            zephon_core::Settings::new("test", 1)
+        fn fingerprint(&self) -> zephon_operator::Settings {
+            zephon_operator::Settings::new("test", 1)
         }
         fn kind(&self) -> OperatorKind {
             OperatorKind::Accumulate

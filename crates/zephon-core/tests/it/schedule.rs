@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 use zephon_core::*;
+use zephon_operator::*;
 
 use crate::common::*;
 

@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 use zephon_core::testing::{Ranks, fingerprint};
 use zephon_core::*;
+use zephon_operator::*;
 
 use crate::common::*;
 

@@ -13,7 +13,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use zephon_core::{Dataset, DatasetManifest, Field, OpError, PlannedRead, Record, SampleId, ShardManifest};
+use zephon_core::{Dataset, DatasetManifest, PlannedRead, ShardManifest};
+use zephon_operator::{Field, OpError, Record, SampleId};
 
 use crate::fields::Fields;
 use crate::images::{self, Image, ImageHandles, ReadError};
@@ -398,7 +399,7 @@ impl std::fmt::Debug for JsonlDataset {
 
 #[cfg(test)]
 mod tests {
-    use zephon_core::Value;
+    use zephon_operator::Value;
 
     use super::*;
     use crate::fields::Cell;

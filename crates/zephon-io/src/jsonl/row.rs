@@ -2,7 +2,7 @@
 //! arrays and objects are not built unless they are what is wanted.
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use zephon_core::{Field, Value};
+use zephon_operator::{Field, Value};
 
 use crate::fields::Cell;
 

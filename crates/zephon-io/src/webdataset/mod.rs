@@ -23,9 +23,8 @@ mod index;
 use std::path::Path;
 use std::sync::Arc;
 
-use zephon_core::{
-    Buffer, Dataset, DatasetManifest, Field, OpError, PlannedRead, Record, SampleId, ShardManifest, Value,
-};
+use zephon_core::{Dataset, DatasetManifest, PlannedRead, ShardManifest};
+use zephon_operator::{Buffer, Field, OpError, Record, SampleId, Value};
 
 use crate::fields::{Cell, Fields};
 use crate::images::{Image, ImageHandles};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use zephon_core::*;
 use zephon_io::{DatasetOptions, Fields, Format, open, open_shards};
+use zephon_operator::*;
 use zephon_testkit::{operators, opts};
 
 use crate::data::corpus_dir;
@@ -327,8 +328,9 @@ fn opts_exec() -> ExecOptions {
 
 mod never_panics {
     use proptest::prelude::*;
-    use zephon_core::{Datasets, SampleId};
+    use zephon_core::Datasets;
     use zephon_io::{DatasetOptions, open};
+    use zephon_operator::SampleId;
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]

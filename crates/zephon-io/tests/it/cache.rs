@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use zephon_core::*;
 use zephon_io::{DatasetOptions, open};
+use zephon_operator::*;
 use zephon_testkit::{operators, opts};
 
 use crate::data::corpus_dir;

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use zephon_core::{Dataset, Datasets, SampleId};
+use zephon_core::{Dataset, Datasets};
 use zephon_io::{DatasetOptions, Fields, open};
+use zephon_operator::SampleId;
 
 pub fn corpus_dir(corpus: &str, format: &str) -> PathBuf {
     zephon_testkit::testdata().join("corpora").join(corpus).join(format)

@@ -4,8 +4,9 @@
 use std::fs;
 use std::io::Write;
 
-use zephon_core::{Dataset, Datasets, Value};
+use zephon_core::{Dataset, Datasets};
 use zephon_io::{DatasetOptions, Error, Format, open, open_shards};
+use zephon_operator::Value;
 
 use crate::data::*;
 
@@ -38,7 +39,7 @@ fn random_order_reads_equal_sequential_reads() {
         let ids = all_ids(&ds, 0);
         let seq: Vec<_> = ds.read(&ids).into_iter().map(|r| r.unwrap()).collect();
         // A fixed scramble that jumps between shards and row groups.
-        let perm = zephon_core::Permutation::new(ids.len() as u64, zephon_core::RngKey::new(3, "scramble"));
+        let perm = zephon_operator::Permutation::new(ids.len() as u64, zephon_operator::RngKey::new(3, "scramble"));
         for i in (0..ids.len() as u64).step_by(7) {
             let j = perm.apply(i) as usize;
             let got = ds.read(&ids[j..j + 1]).remove(0).unwrap();
@@ -64,7 +65,7 @@ fn a_parquet_row_group_that_many_threads_need_at_once_is_decoded_once() {
                 s.spawn(move || {
                     let mut out = Vec::new();
                     start.wait();
-                    ds.read(&[zephon_core::SampleId::new(0, 0, t * 100)], &mut out);
+                    ds.read(&[zephon_operator::SampleId::new(0, 0, t * 100)], &mut out);
                     out.remove(0).unwrap()
                 })
             })
@@ -75,7 +76,7 @@ fn a_parquet_row_group_that_many_threads_need_at_once_is_decoded_once() {
     let alone = zephon_io::ParquetDataset::open("b", &shard, &options).unwrap();
     for (t, row) in rows.iter().enumerate() {
         let mut out = Vec::new();
-        alone.read(&[zephon_core::SampleId::new(0, 0, t as u64 * 100)], &mut out);
+        alone.read(&[zephon_operator::SampleId::new(0, 0, t as u64 * 100)], &mut out);
         assert_eq!(row, &out.remove(0).unwrap(), "thread {t}: the row it was waiting for");
     }
     assert_eq!(alone.row_group_decodes(), 1, "later reads come from the cache");
@@ -94,7 +95,7 @@ fn held_jsonl_shards_read_like_shards_read_row_by_row() {
         let opts = DatasetOptions { jsonl_held_bytes: Some(held), ..DatasetOptions::default() };
         let ds = Datasets::new(vec![open_shards("a", Format::Jsonl, &paths, &opts).unwrap()]);
         let ids = all_ids(&ds, 0);
-        let perm = zephon_core::Permutation::new(ids.len() as u64, zephon_core::RngKey::new(5, "held"));
+        let perm = zephon_operator::Permutation::new(ids.len() as u64, zephon_operator::RngKey::new(5, "held"));
         let order: Vec<_> = (0..ids.len() as u64).map(|i| ids[perm.apply(i) as usize]).collect();
         ds.read(&order).into_iter().map(|r| r.unwrap()).collect::<Vec<_>>()
     };
@@ -127,7 +128,7 @@ fn the_jsonl_index_is_cached_and_rebuilt_when_the_file_changes() {
     assert_eq!(changed.manifest().rows(), first.manifest().rows() + 1);
     assert_ne!(changed.manifest().fingerprint(), first.manifest().fingerprint());
     assert_eq!(fs::read_dir(&index_dir).unwrap().count(), 2);
-    let last = zephon_core::SampleId::new(0, 0, changed.manifest().rows() - 1);
+    let last = zephon_operator::SampleId::new(0, 0, changed.manifest().rows() - 1);
     let ds = Datasets::new(vec![changed]);
     assert_eq!(ds.read(&[last]).remove(0).unwrap().str("text"), Some("an appended row"));
 }
@@ -179,7 +180,7 @@ fn only_requested_fields_are_read() {
     for format in ["jsonl", "parquet"] {
         let plain = open("a", &corpus_dir("a-exact", format), &DatasetOptions::default()).unwrap();
         let ds = Datasets::new(vec![plain, open_corpus("a-exact", format)]);
-        let r = ds.read(&[zephon_core::SampleId::new(0, 1, 5), zephon_core::SampleId::new(1, 1, 5)]);
+        let r = ds.read(&[zephon_operator::SampleId::new(0, 1, 5), zephon_operator::SampleId::new(1, 1, 5)]);
         let (only_text, more) = (r[0].as_ref().unwrap(), r[1].as_ref().unwrap());
         assert!(only_text.get("id").is_none() && only_text.get("text").is_some());
         assert!(matches!(more.get("id"), Some(Value::Str(_))), "{format}");
@@ -194,7 +195,7 @@ fn an_hf_image_struct_column_reads_as_bytes() {
         ..DatasetOptions::default()
     };
     let ds = Datasets::new(vec![open_shards("images", Format::Parquet, &[path], &opts).unwrap()]);
-    let r = ds.read(&[zephon_core::SampleId::new(0, 0, 0)]).remove(0).unwrap();
+    let r = ds.read(&[zephon_operator::SampleId::new(0, 0, 0)]).remove(0).unwrap();
     match r.get("image") {
         Some(Value::Bytes(b)) => assert_eq!(&b[..2], &[0xFF, 0xD8], "a JPEG"),
         other => panic!("image column: {other:?}"),

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, BinaryArray, Int32Array, ListArray, RecordBatch, StringArray, StructArray};
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field as ArrowField, Fields as ArrowFields};
-use zephon_core::{BadRecords, Dataset, Datasets, OpError, Record, SampleId, Value};
+use zephon_core::{BadRecords, Dataset, Datasets};
 use zephon_io::{DatasetOptions, Error, Fields, Format, IMAGE, IMAGE_BYTES, IMAGE_SOURCE, open};
+use zephon_operator::{OpError, Record, SampleId, Value};
 
 use crate::bad_input::{run, spec_for};
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use proptest::prelude::*;
 use zephon_core::*;
 use zephon_mix::{Balance, Exhaustion, MixtureSource, Order, RowOrder, SourceOptions};
+use zephon_operator::*;
 use zephon_testkit::{operators, opts, rank_process, run_ranks, spawn_ranks};
 
 use crate::data::*;

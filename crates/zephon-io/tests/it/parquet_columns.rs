@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, BinaryArray, BooleanArray, RecordBatch, StringArray, UInt64Array};
-use zephon_core::{Datasets, SampleId, Value};
+use zephon_core::Datasets;
 use zephon_io::{DatasetOptions, Error, Fields, open};
+use zephon_operator::{SampleId, Value};
 
 fn write(dir: &Path, columns: Vec<(&str, ArrayRef)>) -> PathBuf {
     let batch = RecordBatch::try_from_iter(columns).unwrap();

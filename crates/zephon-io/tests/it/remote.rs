@@ -8,8 +8,9 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use zephon_core::{Dataset, SampleId, encode_record};
+use zephon_core::Dataset;
 use zephon_io::{DatasetOptions, Fields, Layout, Location, StorageOptions, open_layout};
+use zephon_operator::{SampleId, encode_record};
 use zephon_testkit::S3Server;
 
 fn rows(ds: &Arc<dyn Dataset>) -> Vec<Vec<u8>> {

@@ -8,9 +8,10 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use zephon_core::{Dataset, SampleId, encode_record};
+use zephon_core::Dataset;
 use zephon_io::storage::{MemoryStore, Store};
 use zephon_io::{DatasetOptions, Fields, Layout, Location, open_layout};
+use zephon_operator::{SampleId, encode_record};
 
 /// Copies every file under `dir` into a memory store, by relative path.
 fn into_memory(dir: &Path) -> Arc<MemoryStore> {

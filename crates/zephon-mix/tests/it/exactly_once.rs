@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
-use zephon_core::{Lane, SampleId, WorkSource};
+use zephon_core::WorkSource;
 use zephon_mix::*;
+use zephon_operator::{Lane, SampleId};
 
 use crate::manifests;
 

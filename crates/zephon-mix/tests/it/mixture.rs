@@ -178,7 +178,8 @@ proptest! {
         chunk in 1u64..5000,
         redistribute in any::<bool>(),
     ) {
-        use zephon_core::{Lane, WorkSource};
+        use zephon_core::{WorkSource};
+        use zephon_operator::{Lane};
         let m = synthetic(&rows);
         let weights: Vec<f64> = (0..rows.len()).map(|i| 1.0 + ((seed >> (i * 8)) & 0xff) as f64).collect();
         let exhaustion = if redistribute { Exhaustion::Redistribute } else { Exhaustion::Stop };

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use zephon_core::testing::{CheckOptions, check_in_engine};
-use zephon_core::{Datasets, Fragment, Lane, LaneContext, Lineage, MemoryDataset, Operator, Record, SampleId};
+use zephon_core::{Datasets, MemoryDataset};
 use zephon_mix::Shuffle;
+use zephon_operator::{Fragment, Lane, LaneContext, Lineage, Operator, Record, SampleId};
 
 fn data() -> Datasets {
     let shards =

@@ -10,6 +10,7 @@ use zephon_core::ShareSchedule;
 use zephon_core::testing::{Ranks, fingerprint};
 use zephon_core::*;
 use zephon_mix::{EnsureMixture, Exhaustion, SourceOptions, SteeredSource};
+use zephon_operator::*;
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, WrapPack, opts};
 
 /// Three datasets of very different document lengths (in byte tokens): one to four words,

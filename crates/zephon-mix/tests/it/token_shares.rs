@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use zephon_core::*;
 use zephon_mix::*;
+use zephon_operator::*;
 use zephon_testkit::{operators, opts, run_ranks};
 
 use crate::corpora;

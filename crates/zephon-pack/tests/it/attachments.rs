@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use zephon_core::testing::{Ranks, fingerprint_through_microbatches};
 use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::*;
 use zephon_testkit::{
     IMAGE, ImageTokenize, ShuffleBuffer, Split, image_corpus, images_of, opts, run_ranks, span_len, spec,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::*;
 
 /// The token at `pos` of sample `row`'s document: a function of both, so a misplaced

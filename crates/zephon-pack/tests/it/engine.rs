@@ -3,6 +3,7 @@
 //! restored at other world sizes.
 
 use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::*;
 use zephon_testkit::{ByteTokenize, ShuffleBuffer, corpus, opts, run_ranks, spec};
 

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::*;
 
 const EOS: u32 = 50256;

@@ -1,7 +1,7 @@
 //! Row layout and placement: the properties every row has, and the algorithms' exact choices.
 
 use proptest::prelude::*;
-use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::*;
 
 use crate::common::*;

@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 use zephon_core::*;
+use zephon_operator::*;
 use zephon_pack::*;
 
 use crate::common::*;

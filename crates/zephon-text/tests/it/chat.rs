@@ -8,7 +8,7 @@
 //! end-of-turn token after it). The reference is made by scripts/testdata/chat.py when the
 //! test data is fetched.
 
-use zephon_core::{Field, Operator, Record, SampleId, Value, columns};
+use zephon_operator::{Field, Operator, Record, SampleId, Value, columns};
 use zephon_text::{AssistantSpan, Chat, ChatTemplate, LongConversations, LossOn, Tokenizer};
 
 use super::data;
@@ -197,7 +197,7 @@ fn bad_conversations_are_bad_records_that_say_why() {
         (r#"{"role": "user"}"#, "not a list of messages"),
     ] {
         let e = c.apply(record(text), &mut Vec::new()).unwrap_err();
-        assert!(matches!(e, zephon_core::OpError::Data(_)) && e.to_string().contains(want), "{text}: {e}");
+        assert!(matches!(e, zephon_operator::OpError::Data(_)) && e.to_string().contains(want), "{text}: {e}");
     }
     let strict = ChatTemplate::new(
         "{% if messages[0].role != 'system' %}{{ raise_exception('a system message first') }}{% endif %}x",
@@ -224,7 +224,7 @@ fn long_conversations_are_split_at_turns_truncated_or_skipped() {
         let c = chat("llama3_1", Some("llama3_training.jinja")).long_conversations(policy, limit).unwrap();
         let mut out = Vec::new();
         c.apply(record(&text), &mut out).unwrap();
-        let mut acc = c.accumulator(zephon_core::LaneContext { lane: zephon_core::Lane(0), seed: 1 }).unwrap();
+        let mut acc = c.accumulator(zephon_operator::LaneContext { lane: zephon_operator::Lane(0), seed: 1 }).unwrap();
         let mut passed = Vec::new();
         for r in out {
             acc.push(r, &mut passed).unwrap();
@@ -262,7 +262,7 @@ fn long_conversations_are_split_at_turns_truncated_or_skipped() {
 /// (`<|vision_start|>`, the pads, `<|vision_end|>`), no placeholder on the loss.
 #[test]
 fn vision_language_conversations_equal_transformers_with_images_placed() {
-    use zephon_core::Attachment;
+    use zephon_operator::Attachment;
     use zephon_text::ImagePlaceholders;
     let tokenizer = Tokenizer::from_file(&data("tokenizers/qwen2_5/tokenizer.json")).unwrap();
     let (start, pad, end) = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>");
@@ -319,7 +319,7 @@ fn vision_language_conversations_equal_transformers_with_images_placed() {
 /// images that chat was not told to place.
 #[test]
 fn images_and_markers_must_agree() {
-    use zephon_core::Attachment;
+    use zephon_operator::Attachment;
     use zephon_text::ImagePlaceholders;
     let tokenizer = Tokenizer::from_file(&data("tokenizers/qwen2_5/tokenizer.json")).unwrap();
     let marker = "<|vision_start|><|image_pad|><|vision_end|>";
@@ -346,7 +346,7 @@ fn images_and_markers_must_agree() {
 /// piece carries its own images whole.
 #[test]
 fn images_are_never_on_the_loss_nor_cut() {
-    use zephon_core::Attachment;
+    use zephon_operator::Attachment;
     use zephon_text::ImagePlaceholders;
     let tokenizer = Tokenizer::from_file(&data("tokenizers/qwen2_5/tokenizer.json")).unwrap();
     let pad = "<|image_pad|>";

@@ -1,6 +1,7 @@
 //! The tokenize operator with the real GPT-2 tokenizer.
 
-use zephon_core::{Datasets, Fragment, OpError, Operator, Record, SampleId, Value};
+use zephon_core::Datasets;
+use zephon_operator::{Fragment, OpError, Operator, Record, SampleId, Value};
 use zephon_text::{LongDocuments, Tokenize, Tokenizer};
 
 mod added_tokens;
@@ -270,7 +271,7 @@ mod fast_path {
 
 mod prefix {
     use proptest::prelude::*;
-    use zephon_core::Operator;
+    use zephon_operator::Operator;
     use zephon_text::{LongDocuments, Tokenize};
 
     use super::{doc, gpt2};
@@ -314,7 +315,7 @@ mod prefix {
 
 #[test]
 fn tokenize_offers_its_vocabulary_and_refuses_to_come_before_the_images_it_places() {
-    use zephon_core::{Assembly, Neighbour, Offer, Operator};
+    use zephon_operator::{Assembly, Neighbour, Offer, Operator};
     let t = Tokenize::new(gpt2());
     assert_eq!(t.offer().vocab_size, Some(50257));
     let fields = ["body".to_string(), "text".to_string()];

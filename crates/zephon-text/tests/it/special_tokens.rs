@@ -2,7 +2,7 @@
 //! the same on both engines.
 
 use proptest::prelude::*;
-use zephon_core::Operator;
+use zephon_operator::Operator;
 use zephon_text::{Tokenize, Tokenizer};
 
 use super::{data, doc, gpt2, gpt2_slow, ids};

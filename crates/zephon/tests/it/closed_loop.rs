@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use zephon::lane_core::{Lineage, SampleId};
+use zephon::operator::{Lineage, SampleId};
 use zephon_testkit::SpecText;
 
 use crate::*;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use zephon::lane_core::Record;
+use zephon::operator::Record;
 use zephon::testing::{self, Ranks};
 use zephon::{Digest, Loader, LocalStep, Value};
 

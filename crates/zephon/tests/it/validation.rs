@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use zephon::lane_core::testing::{Rank, Ranks};
 use zephon::{Error, Spec, ValidationLoader, Value};
-use zephon_core::{LocalStep, SampleId, Step};
+use zephon_core::LocalStep;
+use zephon_operator::{SampleId, Step};
 
 use crate::{one_line_documents, parse, spec_text, tmp};
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use zephon::lane_core::{SampleId, Value};
+use zephon::operator::{SampleId, Value};
 use zephon::{Spec, Topology, testing};
 use zephon_testkit::SpecText;
 
