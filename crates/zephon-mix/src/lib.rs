@@ -44,6 +44,7 @@
 
 mod balance;
 mod ensure;
+mod ensure_report;
 mod error;
 mod estimate;
 mod held;
@@ -55,7 +56,7 @@ mod source;
 mod steer;
 
 pub use balance::{Balance, Measure, row_sizes};
-pub use ensure::{EnsureCounts, EnsureDataset, EnsureMixture, held};
+pub use ensure::EnsureMixture;
 pub use error::{Error, Result};
 pub use estimate::{EstimateOptions, ROW_QUANTILES, TokenEstimate, declared, estimate, weights_for_token_shares};
 pub use once::OnceInOrder;

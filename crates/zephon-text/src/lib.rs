@@ -49,7 +49,7 @@ mod tokenize;
 mod tokenizer;
 mod vocab_table;
 
-pub use chat::{AssistantSpan, Chat, ChatTemplate, LongConversations, LossOn, Rendered, chat_counts};
+pub use chat::{AssistantSpan, Chat, ChatTemplate, LongConversations, LossOn, Rendered};
 pub use placeholders::ImagePlaceholders;
 pub use pretokenized::PreTokenized;
 pub use tokenize::{LongCut, LongDocuments, Tokenize};

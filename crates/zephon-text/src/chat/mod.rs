@@ -582,7 +582,7 @@ impl Accumulator for Counts {
 
 /// What the long-conversation policy did on one lane, per dataset, from the chat stage's
 /// exported state (for reports): `(conversations split, truncated, tokens truncated, skipped)`.
-pub fn chat_counts(state: &AccumulatorState, datasets: usize) -> Vec<(u64, u64, u64, u64)> {
+fn chat_counts(state: &AccumulatorState, datasets: usize) -> Vec<(u64, u64, u64, u64)> {
     (0..datasets)
         .map(|d| {
             let v = |i: usize| state.values.get(COUNTERS * d + i).copied().unwrap_or(0);
