@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use zephon::lane_core::HashLog;
+use zephon::lane_core::launch::{RankProcess, run_ranks};
 use zephon::operator::Digest;
 
 use crate::CliError;
@@ -52,7 +52,7 @@ impl Launch<'_> {
         let exe = std::env::current_exe().map_err(|e| CliError::Io(PathBuf::from("zephon"), e))?;
         let dir = self.work.join(label);
         fs::create_dir_all(&dir).map_err(|e| CliError::Io(dir.clone(), e))?;
-        let mut children = Vec::new();
+        let mut ranks = Vec::with_capacity(w as usize);
         for r in 0..w {
             let log = dir.join(format!("rank-{r}.tsv"));
             let mut c = Command::new(&exe);
@@ -69,24 +69,9 @@ impl Launch<'_> {
                 c.args(["--checkpoint-at", &k.to_string()]).arg("--checkpoint-dir").arg(d);
             }
             c.env_remove("RANK").env_remove("WORLD_SIZE");
-            children.push((r, log, c.spawn().map_err(|e| CliError::Io(exe.clone(), e))?));
+            ranks.push(RankProcess { command: c, log });
         }
-        let mut log = HashLog::new();
-        let mut failed = Vec::new();
-        for (r, path, mut child) in children {
-            let status = child.wait().map_err(|e| CliError::Io(exe.clone(), e))?;
-            if !status.success() {
-                failed.push(r);
-                continue;
-            }
-            let text = fs::read_to_string(&path).map_err(|e| CliError::Io(path.clone(), e))?;
-            log.add_text(&text).map_err(|e| CliError::Verify(format!("{label}: {}: {e}", path.display())))?;
-        }
-        if !failed.is_empty() {
-            return Err(CliError::Verify(format!(
-                "{label}: rank process(es) {failed:?} failed (their errors are above)"
-            )));
-        }
+        let log = run_ranks(ranks).map_err(|e| CliError::Verify(format!("{label}: {e}")))?;
         let steps = log.fingerprints(self.lanes).map_err(|e| CliError::Verify(format!("{label}: {e}")))?;
         Ok(steps)
     }

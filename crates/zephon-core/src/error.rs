@@ -79,6 +79,10 @@ pub enum Error {
         message: String,
     },
 
+    /// Rank processes that could not be started, failed, or left no readable hash log.
+    #[error("rank processes: {0}")]
+    Launch(String),
+
     /// A checkpoint does not fit the run it is restored into.
     #[error("checkpoint {dir}: {message}")]
     CheckpointMismatch {

@@ -54,6 +54,7 @@ pub mod disk;
 mod engine;
 mod error;
 mod hash_log;
+pub mod launch;
 mod plan;
 mod plan_node;
 mod policy;

@@ -51,7 +51,7 @@ pub fn spawn_ranks(
 ) -> Vec<Digest> {
     let exe = std::env::current_exe().unwrap();
     let logs: Vec<PathBuf> = (0..w).map(|r| work.join(format!("w{w}-from{from}-rank{r}.tsv"))).collect();
-    let children: Vec<_> = (0..w)
+    let ranks = (0..w)
         .map(|r| {
             let mut c = Command::new(&exe);
             c.args([entry, "--exact", "--ignored", "--test-threads", "1", "--quiet"])
@@ -67,15 +67,9 @@ pub fn spawn_ranks(
             if let Some(d) = save {
                 c.env("ZEPHON_TEST_SAVE", d);
             }
-            c.spawn().unwrap()
+            zephon_core::launch::RankProcess { command: c, log: logs[r as usize].clone() }
         })
         .collect();
-    for mut c in children {
-        assert!(c.wait().unwrap().success(), "a rank process failed");
-    }
-    let mut log = HashLog::new();
-    for path in logs {
-        log.add_text(&fs::read_to_string(path).unwrap()).unwrap();
-    }
+    let log = zephon_core::launch::run_ranks(ranks).unwrap();
     log.fingerprints(lanes).unwrap().into_values().collect()
 }
