@@ -168,11 +168,11 @@ impl Spec {
             path: name.to_string(),
             message: unknown_hint(e, sections, top()),
         };
-        let mut spec: Spec = if sections.is_empty() {
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| bad(&e))?;
+        let mut spec: Spec = if !sections.names().iter().any(|n| table.contains_key(*n)) {
             // Straight from the text: errors keep their line numbers.
             toml::from_str(text).map_err(|e| bad(&e))?
         } else {
-            let mut table: toml::Table = toml::from_str(text).map_err(|e| bad(&e))?;
             let mut failed = None;
             let registered = sections.take(|n| {
                 let v = table.remove(n)?;
