@@ -26,14 +26,15 @@ impl Parsed {
 
     /// The conversation with message `i`'s content replaced by the marker: text content
     /// becomes the marker, and in a list of parts each text part's `text` does (keys keep
-    /// their order).
+    /// their order). Its `reasoning_content`, where it has one (Qwen3's templates write it in
+    /// a `<think>` block before the content), is marked too: the assistant wrote it.
     pub fn with_content_marked(&self, i: usize) -> JValue {
         let mark = JValue::from(MARK.to_string());
-        let replace = |v: &JValue, key: &str, with: &dyn Fn(JValue) -> JValue| -> JValue {
+        let replace = |v: &JValue, marked: &[&str], with: &dyn Fn(JValue) -> JValue| -> JValue {
             let Ok(keys) = v.try_iter() else { return v.clone() };
             JValue::from_pairs(keys.map(|k| {
                 let item = v.get_item(&k).unwrap_or_default();
-                let item = if k.as_str() == Some(key) { with(item) } else { item };
+                let item = if k.as_str().is_some_and(|k| marked.contains(&k)) { with(item) } else { item };
                 (k, item)
             }))
         };
@@ -44,7 +45,7 @@ impl Parsed {
             match c.try_iter() {
                 Ok(parts) => parts
                     .map(|p| match p.get_attr("type").ok().as_ref().and_then(JValue::as_str) {
-                        Some("text") => replace(&p, "text", &|_| mark.clone()),
+                        Some("text") => replace(&p, &["text"], &|_| mark.clone()),
                         _ => p,
                     })
                     .collect(),
@@ -53,7 +54,7 @@ impl Parsed {
         };
         let mut messages = self.messages.clone();
         if let Some(m) = messages.get_mut(i) {
-            *m = replace(m, "content", &content);
+            *m = replace(m, &["content", "reasoning_content"], &content);
         }
         JValue::from(messages)
     }

@@ -146,6 +146,20 @@ fn without_the_prefix_property_the_mask_is_each_message_content_and_end_of_turn(
     assert!(multi > 100 && single > 20, "{multi} multi-turn, {single} single-turn conversations");
 }
 
+/// Reasoning kept apart from the content (`reasoning_content`, which Qwen3's template writes
+/// in a `<think>` block on the turns after the last user message and drops before it) is on
+/// the loss where the template writes it, with the content and the end-of-turn token.
+#[test]
+fn reasoning_the_template_writes_is_on_the_loss_with_the_content() {
+    let text = r#"[{"role": "user", "content": "Is 7 prime?"},
+        {"role": "assistant", "content": "Yes.", "reasoning_content": "7 has no divisors but 1 and 7."},
+        {"role": "user", "content": "And 9?"},
+        {"role": "assistant", "content": "No: 9 is 3 times 3.", "reasoning_content": "9 = 3 * 3."}]"#;
+    let (ids, mask) = chat("qwen3", None).encode(text).unwrap();
+    let runs = marked_runs(&tokenizer("qwen3"), &ids, &mask);
+    assert_eq!(runs, ["Yes.<|im_end|>", "9 = 3 * 3.\n</think>\n\nNo: 9 is 3 times 3.<|im_end|>"]);
+}
+
 /// `assistant_span = content` marks each message's content and end-of-turn token under a
 /// prefix-preserving template too (no newline after `<|im_end|>`), and is refused with
 /// `{% generation %}` blocks, which say what the assistant's tokens are.
