@@ -74,7 +74,8 @@ impl AssistantSpan {
 }
 
 /// What a conversation longer than its limit becomes. Whichever it is, it is counted per
-/// dataset and reported ([`chat_counts`]), never applied silently.
+/// dataset and reported (through `Operator::report`, in the run's data report), never
+/// applied silently.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LongConversations {
     /// Cut into pieces of at most the limit, each cut at the last turn boundary that fits (or
