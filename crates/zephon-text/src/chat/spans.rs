@@ -31,7 +31,11 @@ pub(super) fn generated(
         if !through.starts_with(&before) || !full.starts_with(&through) {
             return Ok(None);
         }
-        if template.render_text(&parsed.prefix(i), false)?.text == before {
+        // A template that writes the generation prompt unasked (early Llama-3) ends every
+        // conversation with it, where it would pass for the assistant's: checked where this
+        // message ends the conversation (elsewhere what follows it is checked above), so that a
+        // prefix-preserving template costs one render more a conversation, not a turn.
+        if through.len() == full.len() && template.render_text(&parsed.prefix(i), false)?.text == before {
             return Ok(None);
         }
         spans.push(before.len()..through.len());
