@@ -174,8 +174,24 @@ impl BlockCache {
         let path = self.path_of(block.key, block.index);
         let mut tries = 0;
         loop {
-            if !self.ensure(block, stats, &fetch)? {
-                stats.hits.fetch_add(1, Ordering::Relaxed);
+            match self.ensure_bytes(block, stats, &fetch)? {
+                // Fetched now: read from memory, since another thread may evict the file before
+                // this one opens it (a block just read is the first an eviction takes).
+                Some(bytes) => {
+                    let start = usize::try_from(offset).unwrap_or(usize::MAX);
+                    let piece =
+                        start.checked_add(buf.len()).and_then(|end| bytes.get(start..end)).ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                format!("bytes {offset}..+{} are past the block's {}", buf.len(), bytes.len()),
+                            )
+                        })?;
+                    buf.copy_from_slice(piece);
+                    return Ok(());
+                }
+                None => {
+                    stats.hits.fetch_add(1, Ordering::Relaxed);
+                }
             }
             match fs::File::open(&path) {
                 Ok(file) => {
@@ -209,10 +225,20 @@ impl BlockCache {
         stats: &BlockStats,
         fetch: impl FnOnce() -> io::Result<Vec<u8>>,
     ) -> io::Result<bool> {
+        self.ensure_bytes(block, stats, fetch).map(|fetched| fetched.is_some())
+    }
+
+    /// As [`BlockCache::ensure`], with the block's bytes when this call fetched them.
+    fn ensure_bytes(
+        &self,
+        block: Block<'_>,
+        stats: &BlockStats,
+        fetch: impl FnOnce() -> io::Result<Vec<u8>>,
+    ) -> io::Result<Option<Vec<u8>>> {
         let Block { key, index, len } = block;
         let path = self.path_of(key, index);
         if self.usable(&path, len) {
-            return Ok(false);
+            return Ok(None);
         }
         let lock_path = path.with_extension("lock");
         let lock = fs::OpenOptions::new()
@@ -224,7 +250,7 @@ impl BlockCache {
         lock.lock()?;
         // Another process (or a prefetch) may have fetched it while this one waited.
         if self.usable(&path, len) {
-            return Ok(false);
+            return Ok(None);
         }
         stats.misses.fetch_add(1, Ordering::Relaxed);
         let bytes = fetch()?;
@@ -241,7 +267,7 @@ impl BlockCache {
             self.evict(&path, self.cap);
         }
         drop(lock);
-        Ok(true)
+        Ok(Some(bytes))
     }
 
     /// Writes a block with its trailer. A full disk evicts half of what the cache holds and
